@@ -1,0 +1,106 @@
+# virtshard — `make help` lists the targets.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+ROOT  := $(CURDIR)
+BIN   := $(ROOT)/bin
+TOOLS := $(ROOT)/bench/cluster/tools
+GO    ?= go
+
+# Pinned versions. The tools modules' go.mod files pin the sources; these
+# only label the binaries.
+KUBE_VERSION := v1.37.2
+
+# Number of kwok nodes `make cluster-up` creates.
+NODES ?= 20
+
+# Arguments passed to `go test` by the test targets.
+TEST_FLAGS ?= -race -count=1 -timeout 20m
+
+KUBE_LDFLAGS := -s -w $(foreach var,\
+	gitVersion=$(KUBE_VERSION) gitMajor=1 gitMinor=37 gitTreeState=clean \
+	gitCommit=0000000000000000000000000000000000000000 buildDate=1970-01-01T00:00:00Z,\
+	-X 'k8s.io/component-base/version.$(var)' -X 'k8s.io/client-go/pkg/version.$(var)')
+
+KUBE_BINS := kube-apiserver kube-controller-manager kube-scheduler kubectl
+
+##@ Everyday
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+.PHONY: test
+test: tools verify ## Run every test: unit, integration (on the local cluster) and verify.
+	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: unit
+unit: ## Run the tests that need no cluster.
+	VIRTSHARD_SKIP_CLUSTER=1 $(GO) test $(TEST_FLAGS) -short ./...
+
+.PHONY: bench-ceiling
+bench-ceiling: tools ## Measure the cluster's bare-pod ceiling (see BENCHMARKS.md).
+	$(GO) run ./cmd/virtshard-bench --scenario pod-ceiling $(BENCH_ARGS)
+
+##@ Local cluster
+
+.PHONY: cluster-up
+cluster-up: tools ## Start the local kwok cluster (NODES=20); harmless when it runs.
+	$(GO) run ./cmd/virtshard-cluster up --nodes $(NODES)
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local kwok cluster and delete its data.
+	$(GO) run ./cmd/virtshard-cluster down
+
+.PHONY: kubeconfig
+kubeconfig: ## Print the local cluster's kubeconfig path.
+	@$(GO) run ./cmd/virtshard-cluster kubeconfig
+
+##@ Build
+
+.PHONY: tools
+tools: $(BIN)/.kube.stamp $(BIN)/.etcd.stamp $(BIN)/.kwok.stamp ## Build the pinned control-plane tools into bin/ (skips what is built).
+
+$(BIN)/.kube.stamp: $(TOOLS)/kube/go.mod $(TOOLS)/kube/go.sum $(wildcard $(TOOLS)/kube/*/main.go)
+	@mkdir -p $(BIN)
+	cd $(TOOLS)/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/ $(addprefix ./,$(KUBE_BINS))
+	@touch $@
+
+$(BIN)/.etcd.stamp: $(TOOLS)/etcd/go.mod $(TOOLS)/etcd/go.sum $(TOOLS)/etcd/etcd/main.go
+	@mkdir -p $(BIN)
+	cd $(TOOLS)/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/ ./etcd
+	@touch $@
+
+$(BIN)/.kwok.stamp: $(TOOLS)/kwok/go.mod $(TOOLS)/kwok/go.sum
+	@mkdir -p $(BIN)
+	cd $(TOOLS)/kwok && $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/ sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
+	@# kwok's own default node and pod Stages, from the pinned module: the
+	@# cluster runs kwok with Stages as API objects, which has no defaults.
+	@src=$$(cd $(TOOLS)/kwok && $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage && \
+	  mkdir -p $(BIN)/kwok-stages && \
+	  install -m 0644 $$src/node/fast/node-initialize.yaml $$src/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+	    $$src/pod/fast/pod-ready.yaml $$src/pod/fast/pod-complete.yaml $$src/pod/fast/pod-delete.yaml $(BIN)/kwok-stages/
+	@touch $@
+
+##@ Generate and verify
+
+# kubevirt.io/kubevirt is not in the public checksum database.
+CRDGEN_ENV := GONOSUMDB=kubevirt.io/kubevirt
+
+.PHONY: generate
+generate: ## Regenerate the KubeVirt CRDs in deploy/crds from kubevirt.io/kubevirt.
+	rm -rf deploy/crds && cd $(TOOLS)/crdgen && $(CRDGEN_ENV) $(GO) run . $(ROOT)/deploy/crds
+
+.PHONY: verify
+verify: generate ## Fail on stale generated files, gofmt, go vet or untidy modules.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	@for m in kube etcd kwok; do (cd $(TOOLS)/$$m && $(GO) mod tidy -diff) || exit 1; done
+	@git diff --exit-code -- deploy/crds || { echo "deploy/crds is stale: run make generate"; exit 1; }
+	@test -z "$$(git status --porcelain -- deploy/crds)" || { echo "deploy/crds has untracked changes: run make generate and commit"; exit 1; }
+
+.PHONY: clean
+clean: cluster-down ## Stop the cluster and remove bin/.
+	rm -rf $(BIN)

@@ -1,0 +1,104 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// DefaultNodes is the default number of kwok nodes.
+const DefaultNodes = 20
+
+// Labels, annotation and taint of the kwok nodes. kwokctl's kwok controller
+// manages the nodes carrying KwokNodeAnnotation; the taint keeps real
+// workloads off them, so test pods must tolerate it.
+const (
+	KwokNodeAnnotation = "kwok.x-k8s.io/node"
+	KwokNodeTaintKey   = "kwok.x-k8s.io/node"
+	KwokNodeTypeLabel  = "type"
+	KwokNodeType       = "kwok"
+	SchedulableLabel   = "kubevirt.io/schedulable"
+)
+
+// NodeOptions say how many kwok nodes to have and what each offers.
+type NodeOptions struct {
+	Count int
+	// PodsPerNode is each node's pod capacity. kwok's default is 110, which
+	// would cap the bench long before tens of thousands of VMIs.
+	PodsPerNode int64
+}
+
+// Defaults for NodeOptions' zero values and for each node's resources: room
+// for 5000 launcher pods of a few hundred MiB each.
+const (
+	DefaultPodsPerNode = 5000
+	nodeCPU            = "2000"
+	nodeMemory         = "4Ti"
+)
+
+// KubeVirt's device-plugin resources, which virt-handler advertises on every
+// schedulable node and every launcher pod requests.
+var kubevirtDevices = []corev1.ResourceName{
+	"devices.kubevirt.io/kvm",
+	"devices.kubevirt.io/tun",
+	"devices.kubevirt.io/vhost-net",
+	"devices.kubevirt.io/vhost-vsock",
+}
+
+// NodeName is the name of the i-th kwok node.
+func NodeName(i int) string { return fmt.Sprintf("kwok-node-%d", i) }
+
+// EnsureNodes creates the kwok nodes that are missing, leaving existing
+// ones alone.
+func EnsureNodes(ctx context.Context, client kubernetes.Interface, opts NodeOptions) error {
+	if opts.PodsPerNode == 0 {
+		opts.PodsPerNode = DefaultPodsPerNode
+	}
+	for i := range opts.Count {
+		node := newNode(NodeName(i), opts.PodsPerNode)
+		_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create node %s: %w", node.Name, err)
+		}
+	}
+	return nil
+}
+
+func newNode(name string, pods int64) *corev1.Node {
+	resources := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse(nodeCPU),
+		corev1.ResourceMemory: resource.MustParse(nodeMemory),
+		corev1.ResourcePods:   *resource.NewQuantity(pods, resource.DecimalSI),
+	}
+	for _, device := range kubevirtDevices {
+		resources[device] = *resource.NewQuantity(pods, resource.DecimalSI)
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{KwokNodeAnnotation: "fake"},
+			Labels: map[string]string{
+				KwokNodeTypeLabel:               KwokNodeType,
+				SchedulableLabel:                "true",
+				corev1.LabelHostname:            name,
+				corev1.LabelOSStable:            "linux",
+				corev1.LabelArchStable:          "amd64",
+				"kubernetes.io/role":            "agent",
+				"node-role.kubernetes.io/agent": "",
+			},
+		},
+		Spec: corev1.NodeSpec{
+			Taints: []corev1.Taint{{Key: KwokNodeTaintKey, Value: "fake", Effect: corev1.TaintEffectNoSchedule}},
+		},
+		// Nodes take their status on create; kwok's node stage keeps it.
+		Status: corev1.NodeStatus{
+			Capacity:    resources,
+			Allocatable: resources.DeepCopy(),
+		},
+	}
+}

@@ -1,0 +1,93 @@
+package kubevirt
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/gentype"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	virtv1 "kubevirt.io/api/core/v1"
+)
+
+// Scheme knows the core Kubernetes types and the kubevirt.io/v1 types.
+var Scheme = runtime.NewScheme()
+
+var (
+	codecs         = serializer.NewCodecFactory(Scheme)
+	parameterCodec = runtime.NewParameterCodec(Scheme)
+)
+
+func init() {
+	// Scheme registration is static data, not wiring: doing it once here keeps
+	// every caller from having to remember it.
+	utilruntime.Must(scheme.AddToScheme(Scheme))
+	utilruntime.Must(virtv1.AddToScheme(Scheme))
+}
+
+// VirtualMachineInstanceInterface is the typed client of one namespace's VMIs.
+type VirtualMachineInstanceInterface = *gentype.ClientWithList[*virtv1.VirtualMachineInstance, *virtv1.VirtualMachineInstanceList]
+
+// VirtualMachineInterface is the typed client of one namespace's VMs.
+type VirtualMachineInterface = *gentype.ClientWithList[*virtv1.VirtualMachine, *virtv1.VirtualMachineList]
+
+// MigrationInterface is the typed client of one namespace's VMI migrations.
+type MigrationInterface = *gentype.ClientWithList[*virtv1.VirtualMachineInstanceMigration, *virtv1.VirtualMachineInstanceMigrationList]
+
+// Clientset gives typed clients for the kubevirt.io/v1 resources.
+type Clientset struct {
+	rest rest.Interface
+}
+
+// NewForConfig returns a Clientset for cfg. cfg is copied, not changed.
+func NewForConfig(cfg *rest.Config) (*Clientset, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &virtv1.GroupVersion
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = codecs.WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	client, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("build kubevirt.io/v1 REST client: %w", err)
+	}
+	return &Clientset{rest: client}, nil
+}
+
+// NewForRESTClient wraps an existing REST client (tests use it with a fake).
+func NewForRESTClient(client rest.Interface) *Clientset {
+	return &Clientset{rest: client}
+}
+
+// RESTClient returns the underlying REST client.
+func (c *Clientset) RESTClient() rest.Interface { return c.rest }
+
+// VirtualMachineInstances returns the VMI client of namespace ("" for all namespaces).
+func (c *Clientset) VirtualMachineInstances(namespace string) VirtualMachineInstanceInterface {
+	return gentype.NewClientWithList(
+		"virtualmachineinstances", c.rest, parameterCodec, namespace,
+		func() *virtv1.VirtualMachineInstance { return &virtv1.VirtualMachineInstance{} },
+		func() *virtv1.VirtualMachineInstanceList { return &virtv1.VirtualMachineInstanceList{} },
+	)
+}
+
+// VirtualMachines returns the VM client of namespace ("" for all namespaces).
+func (c *Clientset) VirtualMachines(namespace string) VirtualMachineInterface {
+	return gentype.NewClientWithList(
+		"virtualmachines", c.rest, parameterCodec, namespace,
+		func() *virtv1.VirtualMachine { return &virtv1.VirtualMachine{} },
+		func() *virtv1.VirtualMachineList { return &virtv1.VirtualMachineList{} },
+	)
+}
+
+// Migrations returns the VMI migration client of namespace ("" for all namespaces).
+func (c *Clientset) Migrations(namespace string) MigrationInterface {
+	return gentype.NewClientWithList(
+		"virtualmachineinstancemigrations", c.rest, parameterCodec, namespace,
+		func() *virtv1.VirtualMachineInstanceMigration { return &virtv1.VirtualMachineInstanceMigration{} },
+		func() *virtv1.VirtualMachineInstanceMigrationList { return &virtv1.VirtualMachineInstanceMigrationList{} },
+	)
+}
