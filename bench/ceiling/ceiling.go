@@ -177,7 +177,7 @@ func newPod(name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "pod-ceiling"}},
 		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "main", Image: "pause"}},
+			Containers:   []corev1.Container{{Name: "main", Image: "pause"}},
 			NodeSelector: map[string]string{"type": "kwok"},
 			Tolerations: []corev1.Toleration{{
 				Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,

@@ -88,6 +88,8 @@ func (c *Clientset) Migrations(namespace string) MigrationInterface {
 	return gentype.NewClientWithList(
 		"virtualmachineinstancemigrations", c.rest, parameterCodec, namespace,
 		func() *virtv1.VirtualMachineInstanceMigration { return &virtv1.VirtualMachineInstanceMigration{} },
-		func() *virtv1.VirtualMachineInstanceMigrationList { return &virtv1.VirtualMachineInstanceMigrationList{} },
+		func() *virtv1.VirtualMachineInstanceMigrationList {
+			return &virtv1.VirtualMachineInstanceMigrationList{}
+		},
 	)
 }
