@@ -11,6 +11,7 @@ GO    ?= go
 # Pinned versions. The tools modules' go.mod files pin the sources; these
 # only label the binaries.
 KUBE_VERSION := v1.37.2
+STATICCHECK_VERSION := v0.8.2
 
 # Number of kwok nodes `make cluster-up` creates.
 NODES ?= 20
@@ -35,9 +36,10 @@ help: ## Show this help.
 test: tools verify ## Run every test: unit, integration (on the local cluster) and verify.
 	$(GO) test $(TEST_FLAGS) ./...
 
-.PHONY: unit
-unit: ## Run the tests that need no cluster.
-	VIRTSHARD_SKIP_CLUSTER=1 $(GO) test $(TEST_FLAGS) -short ./...
+.PHONY: run
+run: ## Run the controller on the local cluster (arrives with the VMI controller).
+	@echo "make run: the virtshard controller is not built yet (it arrives with the VMI controller issue)." >&2
+	@exit 1
 
 .PHONY: bench-ceiling
 bench-ceiling: tools ## Measure the cluster's bare-pod ceiling (see BENCHMARKS.md).
@@ -96,6 +98,7 @@ generate: ## Regenerate the KubeVirt CRDs in deploy/crds from kubevirt.io/kubevi
 verify: generate ## Fail on stale generated files, gofmt, go vet or untidy modules.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(GO) mod tidy -diff
 	@for m in kube etcd kwok; do (cd $(TOOLS)/$$m && $(GO) mod tidy -diff) || exit 1; done
 	@git diff --exit-code -- deploy/crds || { echo "deploy/crds is stale: run make generate"; exit 1; }
