@@ -1,0 +1,129 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// Default lease timings. A holder stops acting RenewDeadline after the start
+// of its last successful renewal; others take the lease only LeaseDuration
+// after they last saw it change. The 3 s gap absorbs clock-rate drift and
+// scheduling delays.
+const (
+	DefaultLeaseDuration = 10 * time.Second
+	DefaultRenewDeadline = 7 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+	// DefaultLoad bounds each member to ceil(Load · ranges / members) ranges.
+	DefaultLoad = 1.05
+	// DefaultReplicationFactor is the virtual nodes per member on the ring.
+	DefaultReplicationFactor = 100
+	// DefaultShutdownTimeout bounds the graceful release of all ranges.
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
+// Config of one member.
+type Config struct {
+	// Client writes the Leases and the assignment.
+	Client kubernetes.Interface
+	// Namespace holds the Leases and the assignment ConfigMap.
+	Namespace string
+	// Name prefixes every object the members share, so that several sharded
+	// controllers can live in one namespace.
+	Name string
+	// Identity is this member's name: unique among live members.
+	Identity string
+	// Ranges is the hash space split.
+	Ranges Ranges
+
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// ShutdownTimeout bounds the graceful release on stop.
+	ShutdownTimeout time.Duration
+
+	// Load and ReplicationFactor tune the bounded-load consistent hashing.
+	Load              float64
+	ReplicationFactor int
+
+	// Handler is told when this member starts and stops acting on a range.
+	Handler Handler
+	// Clock is injected so that tests drive time; nil means the real clock.
+	Clock clock.WithTicker
+	// Metrics receives the member's metrics; nil means none.
+	Metrics *Metrics
+}
+
+// Complete fills the zero values with defaults.
+func (c *Config) Complete() {
+	if c.Name == "" {
+		c.Name = "virtshard"
+	}
+	if c.Identity == "" {
+		c.Identity = DefaultIdentity()
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = DefaultLeaseDuration
+	}
+	if c.RenewDeadline == 0 {
+		c.RenewDeadline = DefaultRenewDeadline
+	}
+	if c.RetryPeriod == 0 {
+		c.RetryPeriod = DefaultRetryPeriod
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Load == 0 {
+		c.Load = DefaultLoad
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = DefaultReplicationFactor
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Handler == nil {
+		c.Handler = HandlerFuncs{}
+	}
+}
+
+// Validate checks a completed Config.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("a client is required"))
+	}
+	if c.Namespace == "" {
+		errs = append(errs, errors.New("a namespace is required"))
+	}
+	if c.Ranges.Count() == 0 {
+		errs = append(errs, errors.New("ranges are required"))
+	}
+	if c.RenewDeadline >= c.LeaseDuration {
+		errs = append(errs, fmt.Errorf("renew deadline %s must be shorter than the lease duration %s", c.RenewDeadline, c.LeaseDuration))
+	}
+	if c.RetryPeriod >= c.RenewDeadline {
+		errs = append(errs, fmt.Errorf("retry period %s must be shorter than the renew deadline %s", c.RetryPeriod, c.RenewDeadline))
+	}
+	if c.Load < 1 {
+		errs = append(errs, fmt.Errorf("load %v must be at least 1", c.Load))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultIdentity is $POD_NAME (a StatefulSet pod's name carries its
+// ordinal), else the hostname, which is the pod name inside a pod.
+func DefaultIdentity() string {
+	if name := os.Getenv("POD_NAME"); name != "" {
+		return name
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		return host
+	}
+	return "virtshard"
+}

@@ -1,0 +1,59 @@
+package shard
+
+import "context"
+
+// Reason says why a member stops acting on a range.
+type Reason string
+
+const (
+	// ReasonRebalance: the assignment moved the range to another member.
+	ReasonRebalance Reason = "rebalance"
+	// ReasonRelease: the member is shutting down gracefully.
+	ReasonRelease Reason = "release"
+	// ReasonExpiry: the member could not renew the range's lease in time and
+	// must assume someone else may hold it now.
+	ReasonExpiry Reason = "expiry"
+	// ReasonFailed: the handler's Acquired failed; the range is given back.
+	ReasonFailed Reason = "failed"
+)
+
+// Handler is how a controller learns which ranges it may act on.
+//
+// Acquired is called once this member holds range i's lease. It starts the
+// range's informers and workers and returns once their caches are synced;
+// ctx is cancelled when the range is released or lost, so a slow sync must
+// watch it. An error gives the range back.
+//
+// Releasing is called when the member stops acting on range i, before the
+// lease is released (for rebalance and release) or after it may already be
+// lost (expiry). It stops the range's workers, flushes or drops its pending
+// writes and forgets its expectations. It must return promptly: the lease is
+// renewed meanwhile, but only up to the renew deadline.
+//
+// Calls for one range never overlap; calls for different ranges may run
+// concurrently.
+type Handler interface {
+	Acquired(ctx context.Context, i int) error
+	Releasing(ctx context.Context, i int, reason Reason)
+}
+
+// HandlerFuncs adapts functions to Handler; nil functions do nothing.
+type HandlerFuncs struct {
+	AcquiredFunc  func(ctx context.Context, i int) error
+	ReleasingFunc func(ctx context.Context, i int, reason Reason)
+}
+
+// Acquired calls AcquiredFunc.
+func (h HandlerFuncs) Acquired(ctx context.Context, i int) error {
+	if h.AcquiredFunc == nil {
+		return nil
+	}
+	return h.AcquiredFunc(ctx, i)
+}
+
+// Releasing calls ReleasingFunc.
+func (h HandlerFuncs) Releasing(ctx context.Context, i int, reason Reason) {
+	if h.ReleasingFunc != nil {
+		h.ReleasingFunc(ctx, i, reason)
+	}
+}

@@ -1,0 +1,149 @@
+package shard
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// heartbeat keeps this member's Lease fresh until ctx is done.
+func (m *Manager) heartbeat(ctx context.Context) {
+	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod)
+	defer ticker.Stop()
+	for {
+		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).V(2).Info("Member heartbeat failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+func (m *Manager) beat(ctx context.Context) error {
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	now := m.cfg.Clock.Now()
+	name := m.cfg.memberLeaseName(m.cfg.Identity)
+	lease, err := m.leaseLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, m.cfg.newLease(name, roleMember, now), metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lease = lease.DeepCopy()
+	lease.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))
+	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+// elect takes part in the leader election until ctx is done; while leading,
+// it publishes the assignment.
+func (m *Manager) elect(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: m.cfg.leaderLeaseName(), Namespace: m.cfg.Namespace},
+		Client:     m.cfg.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: m.cfg.Identity},
+		Labels:     map[string]string{LabelShard: m.cfg.Name},
+	}
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            m.cfg.Name,
+		LeaseDuration:   m.cfg.LeaseDuration,
+		RenewDeadline:   m.cfg.RenewDeadline,
+		// Stand again sooner than ranges are retried: while nobody leads,
+		// nobody reassigns the ranges of a member that left.
+		RetryPeriod:     m.cfg.RetryPeriod / 2,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				m.leading.Store(true)
+				m.cfg.Metrics.setLeader(true)
+				logger.V(2).Info("Leading: publishing the assignment")
+				m.lead(ctx)
+			},
+			OnStoppedLeading: func() {
+				m.leading.Store(false)
+				m.cfg.Metrics.setLeader(false)
+			},
+		},
+	})
+	if err != nil {
+		logger.Error(err, "Invalid leader election config")
+		return
+	}
+	// Run returns when leadership is lost; stand again until ctx is done.
+	for ctx.Err() == nil {
+		elector.Run(ctx)
+	}
+}
+
+// lead publishes the assignment for the live members until ctx is done.
+func (m *Manager) lead(ctx context.Context) {
+	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod / 2)
+	defer ticker.Stop()
+	for {
+		if err := m.publish(ctx); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).V(2).Info("Publishing the assignment failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.leaderWake:
+		case <-ticker.C():
+		}
+	}
+}
+
+// publish writes the assignment for the current live members if it changed.
+// The resourceVersion precondition keeps two leaders (an old one that has
+// not noticed yet) from both bumping the generation.
+func (m *Manager) publish(ctx context.Context) error {
+	members, err := m.liveMembers()
+	if err != nil {
+		return err
+	}
+	owners := Assign(m.cfg.Ranges.Count(), members, m.cfg.Load, m.cfg.ReplicationFactor)
+	cms := m.cfg.Client.CoreV1().ConfigMaps(m.cfg.Namespace)
+	current, err := m.cmLister.Get(m.cfg.assignmentName())
+	if apierrors.IsNotFound(err) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: m.cfg.assignmentName(), Namespace: m.cfg.Namespace, Labels: map[string]string{LabelShard: m.cfg.Name},
+		}}
+		if err := encodeAssignment(Assignment{Generation: 1, Owners: owners}, cm); err != nil {
+			return err
+		}
+		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	a, err := decodeAssignment(current)
+	if err == nil && slices.Equal(a.Owners, owners) {
+		return nil
+	}
+	next := current.DeepCopy()
+	if err := encodeAssignment(Assignment{Generation: a.Generation + 1, Owners: owners}, next); err != nil {
+		return err
+	}
+	if _, err := cms.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Published assignment", "generation", a.Generation+1, "members", members)
+	return nil
+}

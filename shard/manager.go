@@ -1,0 +1,553 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// EventType is a change in what a member considers its own.
+type EventType string
+
+const (
+	// EventAcquired: the member holds the range's lease and may act on it.
+	EventAcquired EventType = "acquired"
+	// EventReleased: the member no longer acts on the range.
+	EventReleased EventType = "released"
+)
+
+// Event is one step of a member's ownership timeline; Config.Observer
+// receives them (tests check mutual exclusion from them).
+type Event struct {
+	Member string
+	Range  int
+	Type   EventType
+	Reason Reason
+	// Time is when ownership began or ended on this member's clock; for an
+	// expiry that is the renew deadline, from which Holds returned false.
+	Time time.Time
+}
+
+// Manager is one member of a sharded controller: it heartbeats its member
+// Lease, takes part in the leader election, and claims, renews and releases
+// range Leases as the leader's assignment says.
+type Manager struct {
+	cfg Config
+	// Observer, if set before Run, receives every ownership event.
+	Observer func(Event)
+
+	obs  *observations
+	wake       chan struct{}
+	leaderWake chan struct{}
+	// leaving is set once Run's context is done: the member takes no new
+	// ranges and, if leading, assigns none to itself.
+	leaving atomic.Bool
+
+	leaseLister coordinationlisters.LeaseNamespaceLister
+	cmLister    corelisters.ConfigMapNamespaceLister
+
+	// deadlines[i] is the UnixNano until which this member may act on range
+	// i, 0 when it does not hold it: the lock-free fence Holds reads.
+	deadlines  []atomic.Int64
+	active     []atomic.Bool
+	assignment atomic.Pointer[Assignment]
+	assignedAt []time.Time // when the assignment gave us range i; reconcile loop only
+	leading    atomic.Bool
+
+	mu   sync.Mutex
+	held map[int]*holding
+	wg   sync.WaitGroup
+}
+
+// holding is a range whose lease this member holds.
+type holding struct {
+	i       int
+	lease   *coordinationv1.Lease
+	release chan Reason
+	done    chan struct{}
+}
+
+// NewManager validates cfg and returns a Manager.
+func NewManager(cfg Config) (*Manager, error) {
+	cfg.Complete()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := cfg.Ranges.Count()
+	return &Manager{
+		cfg:        cfg,
+		obs:        newObservations(),
+		wake:       make(chan struct{}, 1),
+		leaderWake: make(chan struct{}, 1),
+		deadlines:  make([]atomic.Int64, n),
+		active:     make([]atomic.Bool, n),
+		assignedAt: make([]time.Time, n),
+		held:       map[int]*holding{},
+	}, nil
+}
+
+// Identity is this member's name.
+func (m *Manager) Identity() string { return m.cfg.Identity }
+
+// Ranges is the hash space split.
+func (m *Manager) Ranges() Ranges { return m.cfg.Ranges }
+
+// Holds reports whether this member may act on range i now: it holds the
+// lease and its last renewal is recent enough that nobody else can have
+// taken it. Controllers check it before every write path; it takes no lock.
+func (m *Manager) Holds(i int) bool {
+	if i < 0 || i >= len(m.deadlines) {
+		return false
+	}
+	d := m.deadlines[i].Load()
+	return d != 0 && m.cfg.Clock.Now().UnixNano() < d
+}
+
+// Owned returns the ranges this member holds and whose Acquired returned.
+func (m *Manager) Owned() Set {
+	s := NewSet(m.cfg.Ranges.Count())
+	for i := range m.active {
+		if m.active[i].Load() && m.Holds(i) {
+			s.Add(i)
+		}
+	}
+	return s
+}
+
+// Ready reports whether this member has seen an assignment and every range
+// it holds has been acquired (its caches synced).
+func (m *Manager) Ready() bool {
+	if m.assignment.Load() == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range m.held {
+		if !m.active[i].Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// Leading reports whether this member is the leader.
+func (m *Manager) Leading() bool { return m.leading.Load() }
+
+// Assignment returns the last assignment seen, if any.
+func (m *Manager) Assignment() (Assignment, bool) {
+	a := m.assignment.Load()
+	if a == nil {
+		return Assignment{}, false
+	}
+	return *a, true
+}
+
+// Run takes part until ctx is done, then leaves gracefully within about
+// Config.ShutdownTimeout: it withdraws its member Lease so that the leader
+// (itself, if leading) reassigns its ranges, hands each range over as the
+// new assignment moves it (the new owner can claim it at once, with no
+// expiry to wait for), releases whatever is left at the timeout, and gives
+// up leadership last.
+func (m *Manager) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("member", m.cfg.Identity)
+	ctx = klog.NewContext(ctx, logger)
+
+	informerCtx, stopInformers := context.WithCancel(context.Background())
+	defer stopInformers()
+	if err := m.startInformers(informerCtx); err != nil {
+		return err
+	}
+	base := klog.NewContext(context.Background(), logger)
+	heartbeatCtx, stopHeartbeat := context.WithCancel(base)
+	electCtx, stopElect := context.WithCancel(base)
+	claimCtx, stopClaim := context.WithCancel(base)
+	var heartbeat, elect, claim sync.WaitGroup
+	heartbeat.Go(func() { m.heartbeat(heartbeatCtx) })
+	elect.Go(func() { m.elect(electCtx) })
+	claim.Go(func() { m.claim(claimCtx) })
+
+	<-ctx.Done()
+	logger.V(2).Info("Leaving: handing off all ranges")
+	m.leaving.Store(true)
+	stopHeartbeat()
+	heartbeat.Wait()
+	deleteCtx, cancel := context.WithTimeout(base, m.cfg.ShutdownTimeout)
+	err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(deleteCtx, m.cfg.memberLeaseName(m.cfg.Identity), metav1.DeleteOptions{})
+	cancel()
+	if err != nil && !apierrors.IsNotFound(err) {
+		logger.Error(err, "Deleting the member lease failed; it will expire")
+	}
+	m.pokeLeader()
+	m.waitHandedOff(m.cfg.ShutdownTimeout / 2)
+	stopClaim()
+	claim.Wait()
+	m.wg.Wait()
+	stopElect()
+	elect.Wait()
+	return nil
+}
+
+// waitHandedOff waits until this member holds no range, or timeout.
+func (m *Manager) waitHandedOff(timeout time.Duration) {
+	deadline := m.cfg.Clock.Now().Add(timeout)
+	for m.cfg.Clock.Now().Before(deadline) {
+		m.mu.Lock()
+		n := len(m.held)
+		m.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		m.cfg.Clock.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (m *Manager) startInformers(ctx context.Context) error {
+	selector := labels.SelectorFromSet(labels.Set{LabelShard: m.cfg.Name}).String()
+	leases := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0,
+		informers.WithNamespace(m.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	cms := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0,
+		informers.WithNamespace(m.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", m.cfg.assignmentName()).String()
+		}))
+	leaseInformer := leases.Coordination().V1().Leases()
+	cmInformer := cms.Core().V1().ConfigMaps()
+	m.leaseLister = leaseInformer.Lister().Leases(m.cfg.Namespace)
+	m.cmLister = cmInformer.Lister().ConfigMaps(m.cfg.Namespace)
+
+	// Every lease change is observed as it arrives, so that expiry counts
+	// from the holder's last write, not from when we first looked; and any
+	// change may free a range for us or change the live members.
+	onLease := func(obj any) {
+		if l, ok := obj.(*coordinationv1.Lease); ok {
+			m.obs.observe(l, m.cfg.Clock.Now())
+		}
+		m.poke()
+		m.pokeLeader()
+	}
+	wake := cache.ResourceEventHandlerFuncs{
+		AddFunc:    onLease,
+		UpdateFunc: func(_, obj any) { onLease(obj) },
+		DeleteFunc: func(obj any) {
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				m.obs.forget(l.Name)
+			}
+			m.poke()
+			m.pokeLeader()
+		},
+	}
+	if _, err := leaseInformer.Informer().AddEventHandler(wake); err != nil {
+		return err
+	}
+	onAssignment := func(obj any) {
+		if cm, ok := obj.(*corev1.ConfigMap); ok {
+			m.setAssignment(klog.FromContext(ctx), cm)
+		}
+	}
+	if _, err := cmInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    onAssignment,
+		UpdateFunc: func(_, obj any) { onAssignment(obj) },
+	}); err != nil {
+		return err
+	}
+	leases.Start(ctx.Done())
+	cms.Start(ctx.Done())
+	for typ, ok := range leases.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("sync %v informer", typ)
+		}
+	}
+	for typ, ok := range cms.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("sync %v informer", typ)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) setAssignment(logger klog.Logger, cm *corev1.ConfigMap) {
+	a, err := decodeAssignment(cm)
+	if err != nil {
+		logger.Error(err, "Ignoring an assignment that does not decode")
+		return
+	}
+	if cur := m.assignment.Load(); cur != nil && cur.Generation >= a.Generation {
+		return
+	}
+	m.assignment.Store(&a)
+	m.cfg.Metrics.setGeneration(a.Generation)
+	logger.V(2).Info("Assignment changed", "generation", a.Generation, "mine", NewSet(m.cfg.Ranges.Count(), a.Of(m.cfg.Identity)...).String())
+	m.poke()
+}
+
+// poke wakes the claim loop.
+func (m *Manager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pokeLeader wakes the leader's publish loop.
+func (m *Manager) pokeLeader() {
+	select {
+	case m.leaderWake <- struct{}{}:
+	default:
+	}
+}
+
+// claim runs the claim loop until ctx is done, then asks every holding to
+// release.
+func (m *Manager) claim(ctx context.Context) {
+	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod)
+	defer ticker.Stop()
+	for {
+		m.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			m.mu.Lock()
+			for _, h := range m.held {
+				h.requestRelease(ReasonRelease)
+			}
+			m.mu.Unlock()
+			return
+		case <-m.wake:
+		case <-ticker.C():
+		}
+	}
+}
+
+func (h *holding) requestRelease(reason Reason) {
+	select {
+	case h.release <- reason:
+	default: // already asked
+	}
+}
+
+// reconcile releases the ranges the assignment moved away and tries to take
+// the ranges it gave this member.
+func (m *Manager) reconcile(ctx context.Context) {
+	a := m.assignment.Load()
+	now := m.cfg.Clock.Now()
+	for i := range m.cfg.Ranges.Count() {
+		want := a != nil && i < len(a.Owners) && a.Owners[i] == m.cfg.Identity
+		if !want {
+			m.assignedAt[i] = time.Time{}
+		} else if m.assignedAt[i].IsZero() {
+			m.assignedAt[i] = now
+		}
+		m.mu.Lock()
+		h := m.held[i]
+		m.mu.Unlock()
+		switch {
+		case h != nil && !want:
+			h.requestRelease(ReasonRebalance)
+		case h == nil && want && !m.leaving.Load():
+			m.tryAcquire(ctx, i)
+		}
+	}
+}
+
+// tryAcquire takes range i's lease if it is free: missing, released, or
+// unchanged for its whole duration as seen from here.
+func (m *Manager) tryAcquire(ctx context.Context, i int) {
+	logger := klog.FromContext(ctx)
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	start := m.cfg.Clock.Now()
+	lease, err := m.leaseLister.Get(m.cfg.rangeLeaseName(i))
+	switch {
+	case apierrors.IsNotFound(err):
+		lease, err = leases.Create(ctx, m.cfg.newRangeLease(i, start), metav1.CreateOptions{})
+	case err != nil:
+	case !m.obs.free(lease, start):
+		return
+	default:
+		taken := lease.DeepCopy()
+		now := metav1.NewMicroTime(start)
+		taken.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
+		taken.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))
+		taken.Spec.AcquireTime = &now
+		taken.Spec.RenewTime = &now
+		taken.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+		lease, err = leases.Update(ctx, taken, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		// Usually a conflict: someone else was faster, or our cache is behind.
+		logger.V(4).Info("Range not acquired", "range", i, "err", err)
+		return
+	}
+	m.startHolding(ctx, i, lease, start)
+}
+
+func (m *Manager) startHolding(ctx context.Context, i int, lease *coordinationv1.Lease, renewStart time.Time) {
+	h := &holding{i: i, lease: lease, release: make(chan Reason, 1), done: make(chan struct{})}
+	m.deadlines[i].Store(renewStart.Add(m.cfg.RenewDeadline).UnixNano())
+	m.mu.Lock()
+	m.held[i] = h
+	m.cfg.Metrics.setOwned(len(m.held))
+	m.mu.Unlock()
+	m.emit(Event{Member: m.cfg.Identity, Range: i, Type: EventAcquired, Time: m.cfg.Clock.Now()})
+	klog.FromContext(ctx).V(2).Info("Range acquired", "range", i)
+	assignedAt := m.assignedAt[i]
+	m.wg.Go(func() { m.hold(ctx, h, assignedAt) })
+}
+
+func (m *Manager) emit(e Event) {
+	if m.Observer != nil {
+		m.Observer(e)
+	}
+}
+
+// hold runs one held range: Acquired, renewals, and the way out.
+func (m *Manager) hold(ctx context.Context, h *holding, assignedAt time.Time) {
+	logger := klog.FromContext(ctx).WithValues("range", h.i)
+	defer func() {
+		m.mu.Lock()
+		delete(m.held, h.i)
+		m.cfg.Metrics.setOwned(len(m.held))
+		m.mu.Unlock()
+		close(h.done)
+		m.poke()
+	}()
+
+	acquireCtx, cancelAcquire := context.WithCancel(ctx)
+	defer cancelAcquire()
+	acquired := make(chan error, 1)
+	go func() { acquired <- m.cfg.Handler.Acquired(acquireCtx, h.i) }()
+
+	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod)
+	defer ticker.Stop()
+	var reason Reason
+loop:
+	for {
+		select {
+		case err := <-acquired:
+			acquired = nil
+			if err != nil {
+				logger.Error(err, "Acquiring range failed, giving it back")
+				reason = ReasonFailed
+				break loop
+			}
+			m.active[h.i].Store(true)
+			if !assignedAt.IsZero() {
+				m.cfg.Metrics.acquired(m.cfg.Clock.Since(assignedAt).Seconds())
+			}
+		case reason = <-h.release:
+			break loop
+		case <-ctx.Done():
+			reason = ReasonRelease
+			break loop
+		case <-ticker.C():
+			if !m.renew(ctx, h) {
+				reason = ReasonExpiry
+				break loop
+			}
+		}
+	}
+
+	m.active[h.i].Store(false)
+	cancelAcquire()
+	if acquired != nil {
+		<-acquired // Acquired must return once its context is done
+	}
+	m.cfg.Metrics.handoff(reason)
+	logger.V(2).Info("Stopping work on range", "reason", reason)
+
+	deadline := time.Unix(0, m.deadlines[h.i].Load())
+	if reason == ReasonExpiry {
+		// Holds has been false since the deadline: that is when ownership ended.
+		m.deadlines[h.i].Store(0)
+		m.emit(Event{Member: m.cfg.Identity, Range: h.i, Type: EventReleased, Reason: reason, Time: minTime(deadline, m.cfg.Clock.Now())})
+		m.cfg.Handler.Releasing(context.Background(), h.i, reason)
+		return
+	}
+
+	// Still the holder until the deadline: Releasing may flush writes.
+	releaseCtx, cancel := context.WithDeadline(context.Background(), deadline)
+	m.cfg.Handler.Releasing(releaseCtx, h.i, reason)
+	cancel()
+	m.deadlines[h.i].Store(0)
+	m.emit(Event{Member: m.cfg.Identity, Range: h.i, Type: EventReleased, Reason: reason, Time: m.cfg.Clock.Now()})
+
+	writeCtx, cancel := context.WithTimeout(context.Background(), m.cfg.ShutdownTimeout)
+	defer cancel()
+	released := h.lease.DeepCopy()
+	released.Spec.HolderIdentity = nil
+	released.Spec.AcquireTime = nil
+	released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(m.cfg.Clock.Now()))
+	if _, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(writeCtx, released, metav1.UpdateOptions{}); err != nil {
+		// Not fatal: the lease expires on its own.
+		logger.Error(err, "Releasing range lease failed; it will expire")
+	}
+}
+
+// renew renews h's lease and moves the fence forward. It returns false once
+// the range must be considered lost: the deadline passed, or someone else
+// wrote the lease.
+func (m *Manager) renew(ctx context.Context, h *holding) bool {
+	start := m.cfg.Clock.Now()
+	deadline := time.Unix(0, m.deadlines[h.i].Load())
+	if !start.Before(deadline) {
+		return false
+	}
+	renewCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	lease, err := m.cfg.renew(renewCtx, h.lease, start)
+	if err == nil {
+		h.lease = lease
+		m.deadlines[h.i].Store(start.Add(m.cfg.RenewDeadline).UnixNano())
+		return true
+	}
+	m.cfg.Metrics.renewFailed()
+	klog.FromContext(ctx).V(2).Info("Renewing range lease failed", "range", h.i, "err", err)
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return false
+	}
+	return m.cfg.Clock.Now().Before(deadline)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// liveMembers are the members whose Lease changed within its duration as
+// seen from here, sorted.
+func (m *Manager) liveMembers() ([]string, error) {
+	leases, err := m.leaseLister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleMember}))
+	if err != nil {
+		return nil, err
+	}
+	now := m.cfg.Clock.Now()
+	var live []string
+	for _, l := range leases {
+		id := holder(l)
+		if id == m.cfg.Identity && m.leaving.Load() {
+			continue
+		}
+		if id != "" && !expired(l, m.obs.observe(l, now), now) {
+			live = append(live, id)
+		}
+	}
+	slices.Sort(live)
+	return live, nil
+}

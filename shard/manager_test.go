@@ -1,0 +1,392 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/virtshard/virtshard/bench/cluster/clustertest"
+	"github.com/virtshard/virtshard/shard"
+)
+
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
+
+const rangeCount = shard.DefaultRangeCount
+
+// group is a set of members of one sharded controller, each with its own
+// client, as separate replicas would have, and one shared ownership
+// timeline.
+type group struct {
+	t        *testing.T
+	ns       string
+	ranges   shard.Ranges
+	timeline timeline
+	members  map[string]*member
+}
+
+type member struct {
+	id      string
+	manager *shard.Manager
+	cancel  context.CancelFunc
+	done    chan error
+	// cut makes every API call of this member fail, as if the process died
+	// or was partitioned away: it can neither renew nor release.
+	cut *atomic.Bool
+}
+
+type timeline struct {
+	mu     sync.Mutex
+	events []shard.Event
+}
+
+func (tl *timeline) add(e shard.Event) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.events = append(tl.events, e)
+}
+
+func newGroup(t *testing.T) *group {
+	t.Helper()
+	ranges, err := shard.NewRanges(rangeCount, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &group{t: t, ns: clustertest.Namespace(t), ranges: ranges, members: map[string]*member{}}
+	t.Cleanup(func() {
+		for _, m := range g.members {
+			m.stop()
+		}
+		g.assertMutualExclusion()
+	})
+	return g
+}
+
+type cutTransport struct {
+	next http.RoundTripper
+	cut  *atomic.Bool
+}
+
+var errCut = errors.New("connection cut by test")
+
+func (c cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if c.cut.Load() {
+		return nil, errCut
+	}
+	return c.next.RoundTrip(r)
+}
+
+func (g *group) start(id string) *member {
+	g.t.Helper()
+	cut := &atomic.Bool{}
+	cfg := clustertest.Config(g.t)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, cut} })
+	client := kubernetes.NewForConfigOrDie(cfg)
+	m, err := shard.NewManager(shard.Config{
+		Client:    client,
+		Namespace: g.ns,
+		Identity:  id,
+		Ranges:    g.ranges,
+	})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	m.Observer = g.timeline.add
+	ctx, cancel := context.WithCancel(context.Background())
+	mem := &member{id: id, manager: m, cancel: cancel, done: make(chan error, 1), cut: cut}
+	go func() { mem.done <- m.Run(ctx) }()
+	g.members[id] = mem
+	return mem
+}
+
+// stop stops the member gracefully and waits for it to finish.
+func (m *member) stop() {
+	m.cancel()
+	<-m.done
+}
+
+func (g *group) remove(id string) {
+	g.members[id].stop()
+	delete(g.members, id)
+}
+
+func (g *group) live() []*member {
+	var out []*member
+	for _, m := range g.members {
+		if !m.cut.Load() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// holders reads every range lease's holder from the API server.
+func (g *group) holders() ([]string, error) {
+	client := kubernetes.NewForConfigOrDie(clustertest.Config(g.t))
+	leases, err := client.CoordinationV1().Leases(g.ns).List(context.Background(), metav1.ListOptions{LabelSelector: shard.LabelRole + "=range"})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, rangeCount)
+	for _, l := range leases.Items {
+		var i int
+		if _, err := fmt.Sscanf(l.Labels[shard.LabelRange], "%d", &i); err != nil {
+			return nil, err
+		}
+		if l.Spec.HolderIdentity != nil {
+			out[i] = *l.Spec.HolderIdentity
+		}
+	}
+	return out, nil
+}
+
+func maxPerMember(n int) int { return int(math.Ceil(shard.DefaultLoad * float64(rangeCount) / float64(n))) }
+
+// converged reports whether every range has exactly one holder among the
+// live members, both in the leases and in the members' own view, with at
+// most ceil(1.05 · P / N) ranges each. It returns the lease holders.
+func (g *group) converged() ([]string, string) {
+	live := g.live()
+	holders, err := g.holders()
+	if err != nil {
+		return nil, err.Error()
+	}
+	count := map[string]int{}
+	for i, h := range holders {
+		if !slices.ContainsFunc(live, func(m *member) bool { return m.id == h }) {
+			return nil, fmt.Sprintf("range %d held by %q, not a live member", i, h)
+		}
+		owners := 0
+		for _, m := range live {
+			if m.manager.Owned().Has(i) {
+				owners++
+			}
+		}
+		if owners != 1 {
+			return nil, fmt.Sprintf("range %d considered owned by %d members", i, owners)
+		}
+		count[h]++
+	}
+	for id, n := range count {
+		if n > maxPerMember(len(live)) {
+			return nil, fmt.Sprintf("%s holds %d ranges, more than %d", id, n, maxPerMember(len(live)))
+		}
+	}
+	return holders, ""
+}
+
+func (g *group) waitConverged(timeout time.Duration) []string {
+	g.t.Helper()
+	var holders []string
+	var why string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		holders, why = g.converged()
+		return why == "", nil
+	})
+	if err != nil {
+		g.t.Fatalf("%d members did not converge within %s: %s", len(g.live()), timeout, why)
+	}
+	return holders
+}
+
+// assertMutualExclusion checks the recorded timeline: for each range, the
+// ownership intervals of all members are disjoint.
+func (g *group) assertMutualExclusion() {
+	g.t.Helper()
+	g.timeline.mu.Lock()
+	defer g.timeline.mu.Unlock()
+	type interval struct {
+		member     string
+		start, end time.Time
+	}
+	open := map[[2]any]time.Time{}
+	perRange := map[int][]interval{}
+	for _, e := range g.timeline.events {
+		key := [2]any{e.Member, e.Range}
+		switch e.Type {
+		case shard.EventAcquired:
+			if _, ok := open[key]; ok {
+				g.t.Errorf("%s acquired range %d twice without releasing", e.Member, e.Range)
+			}
+			open[key] = e.Time
+		case shard.EventReleased:
+			start, ok := open[key]
+			if !ok {
+				g.t.Errorf("%s released range %d it had not acquired", e.Member, e.Range)
+				continue
+			}
+			delete(open, key)
+			perRange[e.Range] = append(perRange[e.Range], interval{e.Member, start, e.Time})
+		}
+	}
+	for key, start := range open {
+		perRange[key[1].(int)] = append(perRange[key[1].(int)], interval{key[0].(string), start, time.Now()})
+	}
+	for r, intervals := range perRange {
+		sort.Slice(intervals, func(a, b int) bool { return intervals[a].start.Before(intervals[b].start) })
+		for k := 1; k < len(intervals); k++ {
+			prev, cur := intervals[k-1], intervals[k]
+			if cur.start.Before(prev.end) {
+				g.t.Errorf("range %d: %s owned it from %s while %s still owned it until %s",
+					r, cur.member, cur.start.Format(time.StampMicro), prev.member, prev.end.Format(time.StampMicro))
+			}
+		}
+	}
+	if len(g.timeline.events) == 0 {
+		g.t.Error("no ownership events recorded")
+	}
+}
+
+func moved(a, b []string) int {
+	n := 0
+	for i := range a {
+		if a[i] != b[i] {
+			n++
+		}
+	}
+	return n
+}
+
+func TestMembersConvergeForOneToEightMembers(t *testing.T) {
+	g := newGroup(t)
+	for n := 1; n <= 8; n++ {
+		g.start(fmt.Sprintf("member-%d", n))
+		holders := g.waitConverged(30 * time.Second)
+		t.Logf("%d members: converged, %d distinct holders", n, len(distinct(holders)))
+	}
+}
+
+func distinct(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func TestScalingMovesOnlyWhatItMust(t *testing.T) {
+	g := newGroup(t)
+	for _, id := range []string{"a", "b", "c"} {
+		g.start(id)
+	}
+	three := g.waitConverged(30 * time.Second)
+
+	g.start("d")
+	g.start("e")
+	five := g.waitConverged(30 * time.Second)
+	ideal := float64(rangeCount) * 2 / 5 // the share of the two new members
+	if m := moved(three, five); float64(m) > 1.3*ideal {
+		t.Errorf("3 → 5 members moved %d ranges, more than 1.3 × the ideal %.1f", m, ideal)
+	} else {
+		t.Logf("3 → 5 members moved %d ranges (ideal %.1f)", m, ideal)
+	}
+
+	for _, id := range []string{"a", "c", "e"} {
+		g.remove(id)
+	}
+	two := g.waitConverged(30 * time.Second)
+	ideal = float64(rangeCount) * 3 / 5 // the share of the three leaving members
+	if m := moved(five, two); float64(m) > 1.3*ideal {
+		t.Errorf("5 → 2 members moved %d ranges, more than 1.3 × the ideal %.1f", m, ideal)
+	} else {
+		t.Logf("5 → 2 members moved %d ranges (ideal %.1f)", m, ideal)
+	}
+}
+
+// heldBy returns the ranges holders gives to id.
+func heldBy(holders []string, id string) []int {
+	var out []int
+	for i, h := range holders {
+		if h == id {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// waitTakenOver waits until every range in ranges is held by a live member
+// other than gone, and returns how long that took from since.
+func (g *group) waitTakenOver(ranges []int, gone string, since time.Time, timeout time.Duration) time.Duration {
+	g.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		holders, err := g.holders()
+		if err != nil {
+			return false, nil
+		}
+		for _, i := range ranges {
+			if holders[i] == "" || holders[i] == gone {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		g.t.Fatalf("ranges %v of %s not taken over within %s", ranges, gone, timeout)
+	}
+	return time.Since(since)
+}
+
+func TestKilledMemberRangesAreTakenOverAfterExpiry(t *testing.T) {
+	g := newGroup(t)
+	for _, id := range []string{"a", "b", "c"} {
+		g.start(id)
+	}
+	holders := g.waitConverged(30 * time.Second)
+	victim := g.members["b"]
+	orphans := heldBy(holders, "b")
+
+	killed := time.Now()
+	victim.cut.Store(true)
+	bound := shard.DefaultLeaseDuration + 2*time.Second
+	took := g.waitTakenOver(orphans, "b", killed, bound+10*time.Second)
+	if took > bound {
+		t.Errorf("ranges of the killed member owned again after %s, more than lease duration + 2 s = %s", took, bound)
+	}
+	t.Logf("%d ranges of the killed member owned again %s after the kill", len(orphans), took.Round(time.Millisecond))
+	g.waitConverged(30 * time.Second)
+}
+
+func TestGracefulStopHandsOffWithinTwoSeconds(t *testing.T) {
+	g := newGroup(t)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		g.start(id)
+	}
+	holders := g.waitConverged(30 * time.Second)
+
+	// Stop a follower, then the leader: both must hand off fast.
+	var follower, leader string
+	for id, m := range g.members {
+		if m.manager.Leading() {
+			leader = id
+		} else {
+			follower = id
+		}
+	}
+	if leader == "" {
+		t.Fatal("no member is leading")
+	}
+	for _, id := range []string{follower, leader} {
+		ranges := heldBy(holders, id)
+		stopped := time.Now()
+		go g.members[id].cancel()
+		took := g.waitTakenOver(ranges, id, stopped, 10*time.Second)
+		<-g.members[id].done
+		delete(g.members, id)
+		if took > 2*time.Second {
+			t.Errorf("stopping %s (leader: %v): its %d ranges had new holders after %s, want within 2 s", id, id == leader, len(ranges), took)
+		} else {
+			t.Logf("stopping %s (leader: %v): %d ranges had new holders after %s", id, id == leader, len(ranges), took.Round(time.Millisecond))
+		}
+		holders = g.waitConverged(30 * time.Second)
+	}
+}
