@@ -61,10 +61,10 @@ func (m *Manager) elect(ctx context.Context) {
 		Labels:     map[string]string{LabelShard: m.cfg.Name},
 	}
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            m.cfg.Name,
-		LeaseDuration:   m.cfg.LeaseDuration,
-		RenewDeadline:   m.cfg.RenewDeadline,
+		Lock:          lock,
+		Name:          m.cfg.Name,
+		LeaseDuration: m.cfg.LeaseDuration,
+		RenewDeadline: m.cfg.RenewDeadline,
 		// Stand again sooner than ranges are retried: while nobody leads,
 		// nobody reassigns the ranges of a member that left.
 		RetryPeriod:     m.cfg.RetryPeriod / 2,

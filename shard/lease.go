@@ -25,7 +25,7 @@ const (
 	roleMember = "member"
 )
 
-func (c *Config) rangeLeaseName(i int) string     { return fmt.Sprintf("%s-range-%d", c.Name, i) }
+func (c *Config) rangeLeaseName(i int) string      { return fmt.Sprintf("%s-range-%d", c.Name, i) }
 func (c *Config) memberLeaseName(id string) string { return fmt.Sprintf("%s-member-%s", c.Name, id) }
 func (c *Config) leaderLeaseName() string          { return c.Name + "-leader" }
 func (c *Config) assignmentName() string           { return c.Name + "-assignment" }

@@ -52,7 +52,7 @@ type Manager struct {
 	// Observer, if set before Run, receives every ownership event.
 	Observer func(Event)
 
-	obs  *observations
+	obs        *observations
 	wake       chan struct{}
 	leaderWake chan struct{}
 	// leaving is set once Run's context is done: the member takes no new

@@ -152,7 +152,9 @@ func (g *group) holders() ([]string, error) {
 	return out, nil
 }
 
-func maxPerMember(n int) int { return int(math.Ceil(shard.DefaultLoad * float64(rangeCount) / float64(n))) }
+func maxPerMember(n int) int {
+	return int(math.Ceil(shard.DefaultLoad * float64(rangeCount) / float64(n)))
+}
 
 // converged reports whether every range has exactly one holder among the
 // live members, both in the leases and in the members' own view, with at
