@@ -2,6 +2,7 @@ package shard
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics of one member, virtshard_shard_*.
@@ -99,4 +100,17 @@ func (m *Metrics) setLeader(leading bool) {
 		}
 		m.leader.Set(v)
 	}
+}
+
+// FilterDropped is how many objects of resource the client-side guard has
+// dropped: more than zero means the server did not filter that resource.
+func (m *Metrics) FilterDropped(resource string) float64 {
+	if m == nil {
+		return 0
+	}
+	var out dto.Metric
+	if err := m.filterDropped.WithLabelValues(resource).Write(&out); err != nil {
+		return 0
+	}
+	return out.GetCounter().GetValue()
 }

@@ -1,0 +1,156 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Selection is how a sharded informer picks the objects of some ranges.
+type Selection interface {
+	// apply narrows list and watch options to the ranges.
+	apply(opts *metav1.ListOptions)
+	// owns is the client-side guard for one object.
+	owns(obj metav1.Object) bool
+}
+
+// ByKey selects objects by the hash of their own uid or namespace, with a
+// KEP-5866 shard selector on the server.
+func (r Ranges) ByKey(owned Set) Selection { return keySelection{r, owned, r.Selector(owned.List())} }
+
+type keySelection struct {
+	ranges   Ranges
+	owned    Set
+	selector string
+}
+
+func (s keySelection) apply(opts *metav1.ListOptions) { opts.ShardSelector = s.selector }
+func (s keySelection) owns(obj metav1.Object) bool    { return s.owned.Has(s.ranges.Of(obj)) }
+
+// ByLabel selects children by the range label the controller stamped on
+// them (LabelRange): a child's own uid hashes elsewhere than its parent's.
+func (r Ranges) ByLabel(owned Set) Selection {
+	values := make([]string, 0, owned.Len())
+	for _, i := range owned.List() {
+		values = append(values, strconv.Itoa(i))
+	}
+	req, err := labels.NewRequirement(LabelRange, selection.In, values)
+	if err != nil {
+		// Only reachable with no ranges: select nothing rather than everything.
+		req, _ = labels.NewRequirement(LabelRange, selection.In, []string{"none"})
+	}
+	return labelSelection{owned, labels.NewSelector().Add(*req).String()}
+}
+
+type labelSelection struct {
+	owned    Set
+	selector string
+}
+
+func (s labelSelection) apply(opts *metav1.ListOptions) {
+	if opts.LabelSelector != "" {
+		opts.LabelSelector += "," + s.selector
+	} else {
+		opts.LabelSelector = s.selector
+	}
+}
+
+func (s labelSelection) owns(obj metav1.Object) bool {
+	i, err := strconv.Atoi(obj.GetLabels()[LabelRange])
+	return err == nil && s.owned.Has(i)
+}
+
+// ShardedListWatch narrows lw to the objects sel selects: the server filters
+// (shard or label selector), and a client-side guard drops, and counts under
+// resource, every object outside the ranges on LIST and WATCH, keeping list
+// metadata (continue tokens, resourceVersion) and passing bookmarks. The
+// server's filtering is trusted only as far as the guard proves it: a
+// server without the ShardedListAndWatch feature ignores the selector, and a
+// custom resource's list never echoes ListMeta.ShardInfo.
+func ShardedListWatch(lw cache.ListerWatcher, sel Selection, resource string, metrics *Metrics) cache.ListerWatcher {
+	return &guardedListWatch{inner: cache.ToListerWatcherWithContext(lw), sel: sel, resource: resource, metrics: metrics}
+}
+
+type guardedListWatch struct {
+	inner    cache.ListerWatcherWithContext
+	sel      Selection
+	resource string
+	metrics  *Metrics
+}
+
+func (g *guardedListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return g.ListWithContext(context.Background(), opts)
+}
+
+func (g *guardedListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return g.WatchWithContext(context.Background(), opts)
+}
+
+func (g *guardedListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	g.sel.apply(&opts)
+	list, err := g.inner.ListWithContext(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	items, err := meta.ExtractListWithAlloc(list)
+	if err != nil {
+		return nil, fmt.Errorf("guard %s list: %w", g.resource, err)
+	}
+	kept := items[:0]
+	for _, item := range items {
+		if g.keep(item) {
+			kept = append(kept, item)
+		}
+	}
+	if len(kept) == len(items) {
+		return list, nil
+	}
+	if err := meta.SetList(list, kept); err != nil {
+		return nil, fmt.Errorf("guard %s list: %w", g.resource, err)
+	}
+	return list, nil
+}
+
+func (g *guardedListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	g.sel.apply(&opts)
+	w, err := g.inner.WatchWithContext(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+		switch ev.Type {
+		case watch.Bookmark, watch.Error:
+			return ev, true
+		}
+		return ev, g.keep(ev.Object)
+	}), nil
+}
+
+// keep is the client-side guard: objects without metadata pass (the
+// informer reports them), objects outside the ranges are dropped.
+func (g *guardedListWatch) keep(obj runtime.Object) bool {
+	accessor, err := meta.Accessor(obj)
+	if err != nil || g.sel.owns(accessor) {
+		return true
+	}
+	g.metrics.dropped(g.resource)
+	return false
+}
+
+// TrimForCache is an informer transform that drops what controllers never
+// read, so cache memory follows the owned objects' useful size: managed
+// fields are often the largest part of an object.
+func TrimForCache(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
+}
