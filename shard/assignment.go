@@ -61,7 +61,8 @@ func (xxhasher) Sum64(data []byte) uint64 { return xxhash.Sum64(data) }
 // hashing (github.com/buraksezer/consistent, ranges as its partitions): a
 // member gets at most ceil(load · count / members) ranges, and a member
 // joining or leaving moves few ranges besides its own. With more members
-// than ranges, the surplus members (last by name) get none.
+// than ranges, each of the first members by name gets one range and the
+// rest get none.
 func Assign(count int, members []string, load float64, replicationFactor int) []string {
 	owners := make([]string, count)
 	members = slices.Clone(members)
@@ -70,8 +71,11 @@ func Assign(count int, members []string, load float64, replicationFactor int) []
 	if len(members) == 0 {
 		return owners
 	}
-	if len(members) > count {
-		members = members[:count]
+	if len(members) >= count {
+		// One range each, for the first members by name: bounded loads
+		// would let some take two (ceil(load) = 2) while others idle.
+		copy(owners, members)
+		return owners
 	}
 	ring := make([]consistent.Member, len(members))
 	for i, m := range members {

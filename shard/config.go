@@ -127,3 +127,11 @@ func DefaultIdentity() string {
 	}
 	return "virtshard"
 }
+
+// DefaultNamespace is $POD_NAMESPACE, else "virtshard-system".
+func DefaultNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "virtshard-system"
+}

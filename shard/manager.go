@@ -72,8 +72,15 @@ type Manager struct {
 
 	mu   sync.Mutex
 	held map[int]*holding
-	wg   sync.WaitGroup
+	// failures[i] counts Acquired failures in a row; range i is not tried
+	// again before retryAt[i], with exponential backoff.
+	failures []int
+	retryAt  []time.Time
+	wg       sync.WaitGroup
 }
+
+// maxAcquireBackoff caps the wait before retrying a range whose Acquired failed.
+const maxAcquireBackoff = time.Minute
 
 // holding is a range whose lease this member holds.
 type holding struct {
@@ -99,6 +106,8 @@ func NewManager(cfg Config) (*Manager, error) {
 		active:     make([]atomic.Bool, n),
 		assignedAt: make([]time.Time, n),
 		held:       map[int]*holding{},
+		failures:   make([]int, n),
+		retryAt:    make([]time.Time, n),
 	}, nil
 }
 
@@ -355,11 +364,12 @@ func (m *Manager) reconcile(ctx context.Context) {
 		}
 		m.mu.Lock()
 		h := m.held[i]
+		backingOff := now.Before(m.retryAt[i])
 		m.mu.Unlock()
 		switch {
 		case h != nil && !want:
 			h.requestRelease(ReasonRebalance)
-		case h == nil && want && !m.leaving.Load():
+		case h == nil && want && !m.leaving.Load() && !backingOff:
 			m.tryAcquire(ctx, i)
 		}
 	}
@@ -441,10 +451,14 @@ loop:
 		case err := <-acquired:
 			acquired = nil
 			if err != nil {
-				logger.Error(err, "Acquiring range failed, giving it back")
+				backoff := m.backOff(h.i)
+				logger.Error(err, "Acquiring range failed, giving it back", "retryIn", backoff)
 				reason = ReasonFailed
 				break loop
 			}
+			m.mu.Lock()
+			m.failures[h.i] = 0
+			m.mu.Unlock()
 			m.active[h.i].Store(true)
 			if !assignedAt.IsZero() {
 				m.cfg.Metrics.acquired(m.cfg.Clock.Since(assignedAt).Seconds())
@@ -521,6 +535,18 @@ func (m *Manager) renew(ctx context.Context, h *holding) bool {
 		return false
 	}
 	return m.cfg.Clock.Now().Before(deadline)
+}
+
+// backOff records a failed Acquired of range i and returns how long the
+// range is left alone: RetryPeriod, doubling per failure in a row, capped.
+func (m *Manager) backOff(i int) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failures[i]++
+	d := m.cfg.RetryPeriod << min(m.failures[i]-1, 16)
+	d = min(d, maxAcquireBackoff)
+	m.retryAt[i] = m.cfg.Clock.Now().Add(d)
+	return d
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -390,5 +391,107 @@ func TestGracefulStopHandsOffWithinTwoSeconds(t *testing.T) {
 			t.Logf("stopping %s (leader: %v): %d ranges had new holders after %s", id, id == leader, len(ranges), took.Round(time.Millisecond))
 		}
 		holders = g.waitConverged(30 * time.Second)
+	}
+}
+
+func TestFailedAcquireIsRetriedWithBackoff(t *testing.T) {
+	g := newGroup(t)
+	var mu sync.Mutex
+	var attempts []time.Time
+	const failures = 3
+	m, err := shard.NewManager(shard.Config{
+		Client:    kubernetes.NewForConfigOrDie(clustertest.Config(t)),
+		Namespace: g.ns,
+		Identity:  "flaky",
+		Ranges:    g.ranges,
+		// Short timings keep the backoff (0.4 s, 0.8 s, 1.6 s) quick.
+		LeaseDuration: 3 * time.Second,
+		RenewDeadline: 2 * time.Second,
+		RetryPeriod:   400 * time.Millisecond,
+		Handler: shard.HandlerFuncs{AcquiredFunc: func(_ context.Context, i int) error {
+			if i != 7 {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			attempts = append(attempts, time.Now())
+			if len(attempts) <= failures {
+				return errors.New("caches did not sync")
+			}
+			return nil
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Observer = g.timeline.add
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return m.Owned().Has(7), nil
+	}); err != nil {
+		t.Fatal("range 7 was never acquired after its handler recovered")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != failures+1 {
+		t.Errorf("Acquired ran %d times for range 7, want %d", len(attempts), failures+1)
+	}
+	for k := 1; k < len(attempts); k++ {
+		gap := attempts[k].Sub(attempts[k-1])
+		want := 400 * time.Millisecond << (k - 1)
+		if gap < want {
+			t.Errorf("retry %d came %s after the failure, want at least %s of backoff", k, gap, want)
+		}
+	}
+	if owned := m.Owned().Len(); owned != rangeCount {
+		t.Errorf("the only member owns %d ranges, want all %d", owned, rangeCount)
+	}
+}
+
+func TestShardMapShowsWhoHoldsWhat(t *testing.T) {
+	g := newGroup(t)
+	g.start("x")
+	g.start("y")
+	holders := g.waitConverged(30 * time.Second)
+
+	client := kubernetes.NewForConfigOrDie(clustertest.Config(t))
+	var m shard.Map
+	// The leader lease and the assignment settle with the ranges; give the
+	// map a moment to show a leader among the members.
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		m, err = shard.ReadMap(ctx, client, g.ns, "virtshard")
+		return err == nil && m.Leader != "", nil
+	}); err != nil {
+		t.Fatalf("shard map has no leader: %+v", m)
+	}
+	if len(m.Ranges) != rangeCount {
+		t.Fatalf("map lists %d ranges, want %d", len(m.Ranges), rangeCount)
+	}
+	for _, rs := range m.Ranges {
+		if rs.Holder != holders[rs.Range] || rs.Holder != rs.Assigned {
+			t.Errorf("range %d: map says holder %q, assigned %q; lease says %q", rs.Range, rs.Holder, rs.Assigned, holders[rs.Range])
+		}
+	}
+	held := 0
+	for _, ms := range m.Members {
+		held += ms.Held
+		if ms.Leader != (ms.Member == m.Leader) {
+			t.Errorf("member %s leader flag %v, leader is %s", ms.Member, ms.Leader, m.Leader)
+		}
+	}
+	if len(m.Members) != 2 || held != rangeCount {
+		t.Errorf("map has %d members holding %d ranges, want 2 holding %d", len(m.Members), held, rangeCount)
+	}
+	var out strings.Builder
+	if err := m.Write(&out, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "leader: "+m.Leader) || !strings.Contains(out.String(), "RANGE") {
+		t.Errorf("printed map lacks the leader or the range table:\n%s", out.String())
 	}
 }
