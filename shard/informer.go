@@ -154,3 +154,14 @@ func TrimForCache(obj any) (any, error) {
 	}
 	return obj, nil
 }
+
+// NewInformer returns an informer over the objects sel selects, guarded as
+// ShardedListWatch describes and trimmed by TrimForCache. Controllers start
+// one per acquired range and stop it when the range is released.
+func NewInformer(lw cache.ListerWatcher, sel Selection, example runtime.Object, resource string, metrics *Metrics, indexers cache.Indexers) (cache.SharedIndexInformer, error) {
+	informer := cache.NewSharedIndexInformer(ShardedListWatch(lw, sel, resource, metrics), example, 0, indexers)
+	if err := informer.SetTransform(TrimForCache); err != nil {
+		return nil, err
+	}
+	return informer, nil
+}

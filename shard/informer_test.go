@@ -148,8 +148,8 @@ func TestShardedInformerHoldsExactlyTheOwnedObjects(t *testing.T) {
 				}
 
 				metrics := shard.NewMetrics(prometheus.NewRegistry())
-				informer := cache.NewSharedIndexInformer(shard.ShardedListWatch(tc.lw(cfg, ns), sel, tc.resource, metrics), tc.object, 0, cache.Indexers{})
-				if err := informer.SetTransform(shard.TrimForCache); err != nil {
+				informer, err := shard.NewInformer(tc.lw(cfg, ns), sel, tc.object, tc.resource, metrics, cache.Indexers{})
+				if err != nil {
 					t.Fatal(err)
 				}
 				go informer.RunWithContext(ctx)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -45,7 +46,8 @@ type member struct {
 	done    chan error
 	// cut makes every API call of this member fail, as if the process died
 	// or was partitioned away: it can neither renew nor release.
-	cut *atomic.Bool
+	cut      *atomic.Bool
+	registry *prometheus.Registry
 }
 
 type timeline struct {
@@ -95,18 +97,20 @@ func (g *group) start(id string) *member {
 	cfg := clustertest.Config(g.t)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, cut} })
 	client := kubernetes.NewForConfigOrDie(cfg)
+	registry := prometheus.NewRegistry()
 	m, err := shard.NewManager(shard.Config{
 		Client:    client,
 		Namespace: g.ns,
 		Identity:  id,
 		Ranges:    g.ranges,
+		Metrics:   shard.NewMetrics(registry),
 	})
 	if err != nil {
 		g.t.Fatal(err)
 	}
 	m.Observer = g.timeline.add
 	ctx, cancel := context.WithCancel(context.Background())
-	mem := &member{id: id, manager: m, cancel: cancel, done: make(chan error, 1), cut: cut}
+	mem := &member{id: id, manager: m, cancel: cancel, done: make(chan error, 1), cut: cut, registry: registry}
 	go func() { mem.done <- m.Run(ctx) }()
 	g.members[id] = mem
 	return mem
@@ -487,6 +491,19 @@ func TestShardMapShowsWhoHoldsWhat(t *testing.T) {
 	if len(m.Members) != 2 || held != rangeCount {
 		t.Errorf("map has %d members holding %d ranges, want 2 holding %d", len(m.Members), held, rangeCount)
 	}
+	// The members' metrics agree with the map.
+	var owned, leaders float64
+	for _, mem := range g.members {
+		owned += gauge(t, mem.registry, "virtshard_shard_ranges_owned")
+		leaders += gauge(t, mem.registry, "virtshard_shard_leader")
+		if gen := gauge(t, mem.registry, "virtshard_shard_assignment_generation"); gen < 1 {
+			t.Errorf("%s reports assignment generation %v", mem.id, gen)
+		}
+	}
+	if owned != rangeCount || leaders != 1 {
+		t.Errorf("metrics: %v ranges owned and %v leaders in all, want %d and 1", owned, leaders, rangeCount)
+	}
+
 	var out strings.Builder
 	if err := m.Write(&out, time.Now()); err != nil {
 		t.Fatal(err)
@@ -494,4 +511,20 @@ func TestShardMapShowsWhoHoldsWhat(t *testing.T) {
 	if !strings.Contains(out.String(), "leader: "+m.Leader) || !strings.Contains(out.String(), "RANGE") {
 		t.Errorf("printed map lacks the leader or the range table:\n%s", out.String())
 	}
+}
+
+// gauge reads one unlabelled gauge from registry.
+func gauge(t *testing.T, registry *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
 }
