@@ -103,18 +103,27 @@ func TestShardedInformerHoldsExactlyTheOwnedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	owned := shard.NewSet(8, 1, 2, 5)
-	for _, serverFilters := range []bool{true, false} {
+	servers := []struct {
+		name    string
+		filters bool
+		config  func(t *testing.T) *rest.Config
+	}{
+		{"sharding server", true, func(t *testing.T) *rest.Config { return clustertest.Config(t) }},
+		{"server without the feature gate", false, func(t *testing.T) *rest.Config { return clustertest.UnshardedConfig(t) }},
+		{"selector stripped in transit", false, func(t *testing.T) *rest.Config {
+			cfg := clustertest.Config(t)
+			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return ignoreShardSelector{rt} })
+			return cfg
+		}},
+	}
+	for _, server := range servers {
 		for _, tc := range informerCases(t) {
-			name := fmt.Sprintf("%s/server filters %v", tc.name, serverFilters)
-			t.Run(name, func(t *testing.T) {
+			serverFilters := server.filters
+			t.Run(tc.name+"/"+server.name, func(t *testing.T) {
 				ns := clustertest.Namespace(t)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-
-				cfg := clustertest.Config(t)
-				if !serverFilters {
-					cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return ignoreShardSelector{rt} })
-				}
+				cfg := server.config(t)
 				sel := ranges.ByLabel(owned)
 				if tc.byKey {
 					sel = ranges.ByKey(owned)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +30,30 @@ import (
 
 // upTimeout bounds bring-up, which takes seconds once the tools are built.
 const upTimeout = 3 * time.Minute
+
+var (
+	unshardedOnce  sync.Once
+	unsharded      *cluster.UnshardedAPIServer
+	unshardedError error
+)
+
+// UnshardedConfig returns a client config for a second kube-apiserver of the
+// cluster, started once per test binary without the ShardedListAndWatch
+// feature gate: a real server that ignores shard selectors.
+func UnshardedConfig(t testing.TB) *rest.Config {
+	t.Helper()
+	Config(t)
+	unshardedOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
+		defer cancel()
+		log := filepath.Join(opts.Workdir(), fmt.Sprintf("unsharded-apiserver-%d.log", os.Getpid()))
+		unsharded, unshardedError = opts.StartUnshardedAPIServer(ctx, log)
+	})
+	if unshardedError != nil {
+		t.Fatalf("unsharded kube-apiserver: %v", unshardedError)
+	}
+	return rest.CopyConfig(unsharded.Config)
+}
 
 var (
 	opts    cluster.Options
@@ -48,6 +73,9 @@ func Main(m *testing.M) int {
 		config, upError = opts.RESTConfig()
 	}
 	code := m.Run()
+	if unsharded != nil {
+		unsharded.Stop()
+	}
 	if release != nil {
 		release()
 	}
