@@ -1,0 +1,125 @@
+package template
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	virtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// TestRenderGolden renders every testdata/*.vmi.yaml for range 5 and compares
+// the pod with testdata/*.pod.yaml (go test -update rewrites them).
+func TestRenderGolden(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/*.vmi.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	for _, in := range inputs {
+		name := strings.TrimSuffix(filepath.Base(in), ".vmi.yaml")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vmi := &virtv1.VirtualMachineInstance{}
+			if err := yaml.UnmarshalStrict(data, vmi); err != nil {
+				t.Fatal(err)
+			}
+			ApplyDefaults(vmi, DefaultOptions())
+			if err := ValidateNetworks(vmi); err != nil {
+				t.Fatal(err)
+			}
+			pod, err := Render(vmi, 5, DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := yaml.Marshal(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", name+".pod.yaml")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("rendered pod differs from %s (-want +got):\n%s", golden, diff)
+			}
+		})
+	}
+}
+
+func TestValidateNetworks(t *testing.T) {
+	pod := virtv1.Network{Name: "default", NetworkSource: virtv1.NetworkSource{Pod: &virtv1.PodNetwork{}}}
+	multus := func(name, net string) virtv1.Network {
+		return virtv1.Network{Name: name, NetworkSource: virtv1.NetworkSource{Multus: &virtv1.MultusNetwork{NetworkName: net}}}
+	}
+	iface := func(name string) virtv1.Interface { return virtv1.Interface{Name: name} }
+	tests := []struct {
+		name       string
+		networks   []virtv1.Network
+		interfaces []virtv1.Interface
+		valid      bool
+	}{
+		{"matching interfaces and networks are valid", []virtv1.Network{pod, multus("b", "ns/b")}, []virtv1.Interface{iface("default"), iface("b")}, true},
+		{"no networks at all is valid", nil, nil, true},
+		{"an interface without a network is invalid", []virtv1.Network{pod}, []virtv1.Interface{iface("default"), iface("x")}, false},
+		{"a network without an interface is invalid", []virtv1.Network{pod, multus("b", "b")}, []virtv1.Interface{iface("default")}, false},
+		{"two pod networks are invalid", []virtv1.Network{pod, {Name: "p2", NetworkSource: virtv1.NetworkSource{Pod: &virtv1.PodNetwork{}}}},
+			[]virtv1.Interface{iface("default"), iface("p2")}, false},
+		{"a multus network without a name is invalid", []virtv1.Network{multus("b", "")}, []virtv1.Interface{iface("b")}, false},
+		{"a network defined twice is invalid", []virtv1.Network{pod, pod}, []virtv1.Interface{iface("default")}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vmi := &virtv1.VirtualMachineInstance{}
+			vmi.Spec.Networks = tt.networks
+			vmi.Spec.Domain.Devices.Interfaces = tt.interfaces
+			err := ValidateNetworks(vmi)
+			if (err == nil) != tt.valid {
+				t.Fatalf("ValidateNetworks = %v, want valid=%v", err, tt.valid)
+			}
+			if err != nil && !errors.Is(err, ErrInvalidNetwork) {
+				t.Errorf("error %v does not wrap ErrInvalidNetwork", err)
+			}
+		})
+	}
+}
+
+func TestPodNameIsDeterministicAndShort(t *testing.T) {
+	vmi := &virtv1.VirtualMachineInstance{}
+	vmi.Name = strings.Repeat("x", 200)
+	vmi.UID = "uid-1"
+	a, b := PodName(vmi), PodName(vmi)
+	if a != b {
+		t.Errorf("PodName not deterministic: %q vs %q", a, b)
+	}
+	if len(a) > 63 {
+		t.Errorf("PodName %q is %d characters, want at most 63", a, len(a))
+	}
+	vmi.UID = "uid-2"
+	if PodName(vmi) == a {
+		t.Error("a recreated VMI (new UID) got its predecessor's pod name")
+	}
+}
+
+func TestRenderRefusesAVMIWithoutMemory(t *testing.T) {
+	vmi := &virtv1.VirtualMachineInstance{}
+	vmi.Name = "no-memory"
+	if _, err := Render(vmi, 0, DefaultOptions()); err == nil {
+		t.Error("rendered a launcher pod for a VMI without any memory")
+	}
+}
