@@ -168,6 +168,9 @@ func Render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options) (*corev1.
 	if hostname == "" {
 		hostname = vmi.Name
 	}
+	if len(hostname) > 63 { // a DNS label
+		hostname = strings.TrimRight(hostname[:63], "-.")
+	}
 	volumes, mounts := storage(vmi)
 
 	pod := &corev1.Pod{
