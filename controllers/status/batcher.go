@@ -1,0 +1,293 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// Mutation changes obj in place to what the controller wants. It returns
+// false when the intent no longer applies to this version of the object
+// (for instance the node agent already moved it on), which drops it.
+type Mutation[T runtime.Object] func(obj T) bool
+
+// Config of a Batcher for objects of type T.
+type Config[T runtime.Object] struct {
+	// Name names the batcher's queue and metrics.
+	Name string
+	// Cached returns the informer's copy of the object (not to be mutated).
+	Cached func(namespace, name string) (T, error)
+	// Fresh reads the object from the API server, after a conflict.
+	Fresh func(ctx context.Context, namespace, name string) (T, error)
+	// Patch sends a JSON merge patch.
+	Patch func(ctx context.Context, namespace, name string, patch []byte) (T, error)
+	// Holds is the shard fence: pending intents of a range not held are dropped.
+	Holds func(rng int) bool
+	// Workers bounds concurrent patches.
+	Workers int
+	// OnPatched is told about every successful patch (expectations, tests).
+	OnPatched func(obj T)
+	// Metrics receives batch sizes; nil means none.
+	Metrics *Metrics
+}
+
+// Batcher coalesces intents per object.
+type Batcher[T runtime.Object] struct {
+	cfg   Config[T]
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	mu      sync.Mutex
+	pending map[string]*batch[T]
+}
+
+type batch[T runtime.Object] struct {
+	rng       int
+	mutations []Mutation[T]
+	due       time.Time
+}
+
+// New returns a Batcher; Run starts it.
+func New[T runtime.Object](cfg Config[T]) *Batcher[T] {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	return &Batcher[T]{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: cfg.Name}),
+		pending: map[string]*batch[T]{},
+	}
+}
+
+// Enqueue adds an intent for the object key (namespace/name) of range rng,
+// to be written within wait.
+func (b *Batcher[T]) Enqueue(rng int, key string, wait time.Duration, m Mutation[T]) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	due := time.Now().Add(wait)
+	p := b.pending[key]
+	if p == nil {
+		p = &batch[T]{rng: rng, due: due}
+		b.pending[key] = p
+	} else if due.Before(p.due) {
+		p.due = due
+	} else {
+		p.mutations = append(p.mutations, m)
+		return // an earlier flush is already scheduled
+	}
+	p.mutations = append(p.mutations, m)
+	b.queue.AddAfter(key, wait)
+}
+
+// Pending reports whether key has intents not yet written.
+func (b *Batcher[T]) Pending(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pending[key] != nil
+}
+
+// DropRange forgets the pending intents of range rng, on handoff: the next
+// owner recomputes them from its own cache.
+func (b *Batcher[T]) DropRange(rng int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for key, p := range b.pending {
+		if p.rng == rng {
+			delete(b.pending, key)
+		}
+	}
+}
+
+// FlushRange writes the pending intents of range rng now, before a
+// graceful handoff, while the range is still held.
+func (b *Batcher[T]) FlushRange(ctx context.Context, rng int) {
+	b.mu.Lock()
+	var keys []string
+	for key, p := range b.pending {
+		if p.rng == rng {
+			keys = append(keys, key)
+		}
+	}
+	b.mu.Unlock()
+	for _, key := range keys {
+		if ctx.Err() != nil {
+			return
+		}
+		_ = b.flush(ctx, key)
+	}
+}
+
+// Run writes batches with Config.Workers workers until ctx is done.
+func (b *Batcher[T]) Run(ctx context.Context) {
+	defer b.queue.ShutDown()
+	var wg sync.WaitGroup
+	for range b.cfg.Workers {
+		wg.Go(func() {
+			for b.next(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	b.queue.ShutDown()
+	wg.Wait()
+}
+
+func (b *Batcher[T]) next(ctx context.Context) bool {
+	key, quit := b.queue.Get()
+	if quit {
+		return false
+	}
+	defer b.queue.Done(key)
+	if err := b.flush(ctx, key); err != nil {
+		klog.FromContext(ctx).V(2).Info("Status patch failed, will retry", "batcher", b.cfg.Name, "key", key, "err", err)
+		b.queue.AddRateLimited(key)
+		return true
+	}
+	b.queue.Forget(key)
+	return true
+}
+
+// flush writes key's pending intents, if any, as one patch. On failure
+// the intents go back to the front of the batch.
+func (b *Batcher[T]) flush(ctx context.Context, key string) error {
+	b.mu.Lock()
+	p := b.pending[key]
+	if p != nil && time.Now().Before(p.due) {
+		b.mu.Unlock()
+		return nil // a later, coalesced flush is scheduled
+	}
+	delete(b.pending, key)
+	b.mu.Unlock()
+	if p == nil || !b.cfg.Holds(p.rng) {
+		return nil
+	}
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not a key we made: nothing to retry
+	}
+	obj, err := b.cfg.Cached(namespace, name)
+	for attempt := 0; ; attempt++ {
+		if apierrors.IsNotFound(err) {
+			return nil // gone: the intents died with it
+		}
+		if err != nil {
+			b.requeue(key, p)
+			return err
+		}
+		var patch []byte
+		patch, err = mergePatch(obj, p.mutations)
+		if err != nil || patch == nil {
+			return err // nothing left to write
+		}
+		if !b.cfg.Holds(p.rng) {
+			return nil
+		}
+		var patched T
+		patched, err = b.cfg.Patch(ctx, namespace, name, patch)
+		if err == nil {
+			b.cfg.Metrics.observe(b.cfg.Name, len(p.mutations))
+			if b.cfg.OnPatched != nil {
+				b.cfg.OnPatched(patched)
+			}
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 3 {
+			b.requeue(key, p)
+			return err
+		}
+		// Someone wrote the object since our cache saw it: re-read it and
+		// re-apply the intents to what is there now.
+		obj, err = b.cfg.Fresh(ctx, namespace, name)
+	}
+}
+
+// requeue puts p's intents back, ahead of any that arrived meanwhile.
+func (b *Batcher[T]) requeue(key string, p *batch[T]) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur := b.pending[key]; cur != nil {
+		cur.mutations = append(p.mutations, cur.mutations...)
+		return
+	}
+	p.due = time.Time{}
+	b.pending[key] = p
+}
+
+// mergePatch applies mutations to a copy of obj and returns the JSON merge
+// patch from obj to it, with obj's resourceVersion as precondition, or nil
+// when nothing changes.
+func mergePatch[T runtime.Object](obj T, mutations []Mutation[T]) ([]byte, error) {
+	modified := obj.DeepCopyObject().(T)
+	changed := false
+	for _, m := range mutations {
+		if m(modified) {
+			changed = true
+		}
+	}
+	if !changed {
+		return nil, nil
+	}
+	before, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	after, err := json.Marshal(modified)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := jsonpatch.CreateMergePatch(before, after)
+	if err != nil {
+		return nil, fmt.Errorf("create merge patch: %w", err)
+	}
+	if string(patch) == "{}" {
+		return nil, nil
+	}
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(patch, &fields); err != nil {
+		return nil, err
+	}
+	metadata, _ := fields["metadata"].(map[string]any)
+	if metadata == nil {
+		metadata = map[string]any{}
+	}
+	metadata["resourceVersion"] = accessor.GetResourceVersion()
+	fields["metadata"] = metadata
+	return json.Marshal(fields)
+}
+
+// Metrics of batchers.
+type Metrics struct {
+	batchSize *prometheus.HistogramVec
+}
+
+// NewMetrics creates virtshard_status_batch_size and registers it with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "virtshard_status_batch_size",
+		Help:    "Intents coalesced into one status patch.",
+		Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16},
+	}, []string{"batcher"})}
+	reg.MustRegister(m.batchSize)
+	return m
+}
+
+func (m *Metrics) observe(name string, n int) {
+	if m != nil {
+		m.batchSize.WithLabelValues(name).Observe(float64(n))
+	}
+}
