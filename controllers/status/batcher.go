@@ -26,8 +26,9 @@ type Mutation[T runtime.Object] func(obj T) bool
 type Config[T runtime.Object] struct {
 	// Name names the batcher's queue and metrics.
 	Name string
-	// Cached returns the informer's copy of the object (not to be mutated).
-	Cached func(namespace, name string) (T, error)
+	// Cached returns the informer's copy of the object of range rng (not to
+	// be mutated).
+	Cached func(rng int, namespace, name string) (T, error)
 	// Fresh reads the object from the API server, after a conflict.
 	Fresh func(ctx context.Context, namespace, name string) (T, error)
 	// Patch sends a JSON merge patch.
@@ -176,7 +177,7 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 	if err != nil {
 		return nil // not a key we made: nothing to retry
 	}
-	obj, err := b.cfg.Cached(namespace, name)
+	obj, err := b.cfg.Cached(p.rng, namespace, name)
 	for attempt := 0; ; attempt++ {
 		if apierrors.IsNotFound(err) {
 			return nil // gone: the intents died with it

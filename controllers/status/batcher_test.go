@@ -46,7 +46,7 @@ func (s *server) bump() {
 func (s *server) config(holds func(int) bool) Config[*virtv1.VirtualMachineInstance] {
 	return Config[*virtv1.VirtualMachineInstance]{
 		Name: "test",
-		Cached: func(_, _ string) (*virtv1.VirtualMachineInstance, error) {
+		Cached: func(_ int, _, _ string) (*virtv1.VirtualMachineInstance, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			return s.cached.DeepCopy(), nil

@@ -1,0 +1,115 @@
+// Package app is virtshard-controller's command: options and wiring.
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/virtshard/virtshard/shard"
+)
+
+// Options of one replica.
+type Options struct {
+	Kubeconfig    string
+	Namespace     string
+	Name          string
+	Identity      string
+	RangeCount    int
+	ShardKey      string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	Workers       int
+	StatusWorkers int
+	QPS           float64
+	Burst         int
+	Address       string
+	Pprof         bool
+	LazyStatus    time.Duration
+	UrgentStatus  time.Duration
+	LauncherImage string
+	// Registry receives the replica's metrics; nil means a fresh one. Tests
+	// running several replicas in one process pass their own.
+	Registry *prometheus.Registry
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		Namespace:     shard.DefaultNamespace(),
+		Name:          "virtshard",
+		Identity:      shard.DefaultIdentity(),
+		RangeCount:    shard.DefaultRangeCount,
+		ShardKey:      "uid",
+		LeaseDuration: shard.DefaultLeaseDuration,
+		RenewDeadline: shard.DefaultRenewDeadline,
+		RetryPeriod:   shard.DefaultRetryPeriod,
+		Workers:       8,
+		StatusWorkers: 8,
+		QPS:           200,
+		Burst:         400,
+		Address:       ":8080",
+		LazyStatus:    5 * time.Second,
+		UrgentStatus:  5 * time.Millisecond,
+		LauncherImage: "quay.io/kubevirt/virt-launcher:v1.8.1",
+	}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means $KUBECONFIG, ~/.kube/config, or in-cluster")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the shard Leases and assignment (default $POD_NAMESPACE)")
+	fs.StringVar(&o.Name, "name", o.Name, "name of this sharded controller: prefix of its Leases")
+	fs.StringVar(&o.Identity, "identity", o.Identity, "this replica's identity (default $POD_NAME, else the hostname)")
+	fs.IntVar(&o.RangeCount, "ranges", o.RangeCount, "number of hash ranges, a power of two; all replicas must agree")
+	fs.StringVar(&o.ShardKey, "shard-key", o.ShardKey, "what places a VMI in a range: uid or namespace")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "range lease duration")
+	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "stop acting on a range this long after its last renewal started")
+	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "lease renew and retry period")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "VMI reconcile workers")
+	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "concurrent status patches")
+	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "client QPS to the API server")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "client burst to the API server")
+	fs.StringVar(&o.Address, "address", o.Address, "address of /metrics, /healthz, /readyz (and /debug/pprof)")
+	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --address")
+	fs.DurationVar(&o.LazyStatus, "lazy-status-wait", o.LazyStatus, "how long an intermediate phase may wait to share a patch")
+	fs.DurationVar(&o.UrgentStatus, "urgent-status-wait", o.UrgentStatus, "batching window of other status writes")
+	fs.StringVar(&o.LauncherImage, "launcher-image", o.LauncherImage, "virt-launcher image of launcher pods")
+}
+
+// Parse parses args, including klog's flags, and validates.
+func (o *Options) Parse(args []string) error {
+	fs := flag.NewFlagSet("virtshard-controller", flag.ContinueOnError)
+	o.AddFlags(fs)
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return o.Validate()
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if _, err := shard.NewRanges(o.RangeCount, shard.KeyUID); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := shard.ParseKey(o.ShardKey); err != nil {
+		errs = append(errs, err)
+	}
+	if o.RenewDeadline >= o.LeaseDuration || o.RetryPeriod >= o.RenewDeadline {
+		errs = append(errs, fmt.Errorf("want retry period < renew deadline < lease duration, got %s, %s, %s", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
+	}
+	if o.Workers < 1 || o.StatusWorkers < 1 {
+		errs = append(errs, errors.New("--workers and --status-workers must be at least 1"))
+	}
+	if o.Identity == "" || o.Namespace == "" {
+		errs = append(errs, errors.New("--identity and --namespace must not be empty"))
+	}
+	return errors.Join(errs...)
+}

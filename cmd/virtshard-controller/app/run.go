@@ -1,0 +1,169 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/virtshard/virtshard/controllers/clientmetrics"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/status"
+	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/controllers/vmi"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// Run runs the replica until ctx is done, then hands its ranges off.
+func (o *Options) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("identity", o.Identity)
+	ctx = klog.NewContext(ctx, logger)
+	registry := o.Registry
+	if registry == nil {
+		registry = prometheus.NewRegistry()
+	}
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	cfg, err := o.restConfig()
+	if err != nil {
+		return err
+	}
+	clientmetrics.NewWrites(registry).Instrument(cfg)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	kv, err := kubevirt.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	key, _ := shard.ParseKey(o.ShardKey)
+	ranges, err := shard.NewRanges(o.RangeCount, key)
+	if err != nil {
+		return err
+	}
+	shardMetrics := shard.NewMetrics(registry)
+
+	var manager *shard.Manager
+	tmpl := template.DefaultOptions()
+	tmpl.LauncherImage = o.LauncherImage
+	tmpl.RangeLabel = shard.LabelRange
+	var controller *vmi.Controller
+	controller = vmi.New(vmi.Config{
+		Kube: kube, KubeVirt: kv, Metadata: meta,
+		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
+		Ranges:           ranges,
+		Options:          tmpl,
+		LazyStatusWait:   o.LazyStatus,
+		UrgentStatusWait: o.UrgentStatus,
+		StatusWorkers:    o.StatusWorkers,
+		Metrics:          vmi.NewMetrics(registry, func() float64 { return controller.PendingExpectations() }),
+		ShardMetrics:     shardMetrics,
+		StatusMetrics:    status.NewMetrics(registry),
+	})
+	manager, err = shard.NewManager(shard.Config{
+		Client:        kube,
+		Namespace:     o.Namespace,
+		Name:          o.Name,
+		Identity:      o.Identity,
+		Ranges:        ranges,
+		LeaseDuration: o.LeaseDuration,
+		RenewDeadline: o.RenewDeadline,
+		RetryPeriod:   o.RetryPeriod,
+		Handler:       controller,
+		Metrics:       shardMetrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	server := o.serve(registry, manager)
+	defer func() {
+		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdown)
+	}()
+
+	controllerCtx, stopController := context.WithCancel(klog.NewContext(context.Background(), logger))
+	defer stopController()
+	synced := make(chan struct{})
+	var wg sync.WaitGroup
+	var controllerErr error
+	wg.Go(func() { controllerErr = controller.Run(controllerCtx, o.Workers, synced) })
+	select {
+	case <-synced:
+	case <-ctx.Done():
+		stopController()
+		wg.Wait()
+		return controllerErr
+	}
+	logger.Info("Replica started", "namespace", o.Namespace, "ranges", o.RangeCount, "shardKey", o.ShardKey)
+	// The manager hands every range off (Releasing) before it returns; only
+	// then do the controller's workers stop.
+	err = manager.Run(ctx)
+	stopController()
+	wg.Wait()
+	logger.Info("Replica stopped")
+	return errors.Join(err, controllerErr)
+}
+
+type fence func(int) bool
+
+func (f fence) Holds(i int) bool { return f(i) }
+
+func (o *Options) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("client config: %w", err)
+	}
+	cfg.QPS = float32(o.QPS)
+	cfg.Burst = o.Burst
+	cfg.UserAgent = "virtshard-controller/" + o.Identity
+	return cfg, nil
+}
+
+// serve exposes metrics, health (the process runs) and readiness (every
+// range it holds is synced).
+func (o *Options) serve(registry *prometheus.Registry, manager *shard.Manager) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !manager.Ready() {
+			http.Error(w, "ranges not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	server := &http.Server{Addr: o.Address, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := server.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.Background().Error(err, "Metrics server stopped", "address", o.Address)
+		}
+	}()
+	return server
+}

@@ -1,0 +1,391 @@
+package vmi
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/expectations"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/status"
+	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// Indexes of the caches.
+const (
+	// byVMIUID indexes launcher pods by the VMI that created them.
+	byVMIUID = "vmiUID"
+	// byClaim indexes VMIs by the namespace/name of each PVC they use.
+	byClaim = "claim"
+	// byVMIName indexes migrations by namespace/VMI name.
+	byVMIName = "vmiName"
+)
+
+// Config wires the controller.
+type Config struct {
+	Kube     kubernetes.Interface
+	KubeVirt *kubevirt.Clientset
+	Metadata metadata.Interface
+	// Fence reports whether this replica may act on a range now.
+	Fence   interface{ Holds(int) bool }
+	Ranges  shard.Ranges
+	Options template.Options
+	// LazyStatusWait is how long an intermediate phase (Scheduling) may wait
+	// to ride along with the next status patch.
+	LazyStatusWait time.Duration
+	// UrgentStatusWait is the batching window of everything else.
+	UrgentStatusWait time.Duration
+	StatusWorkers    int
+	Metrics          *Metrics
+	ShardMetrics     *shard.Metrics
+	StatusMetrics    *status.Metrics
+}
+
+// Controller is the VMI controller of one replica.
+type Controller struct {
+	cfg          Config
+	queue        workqueue.TypedRateLimitingInterface[item]
+	expectations *expectations.Expectations
+	batcher      *status.Batcher[*virtv1.VirtualMachineInstance]
+	recorder     record.EventRecorder
+	broadcaster  record.EventBroadcaster
+
+	// ranges[i] holds range i's caches while this replica acts on it.
+	ranges []atomic.Pointer[rangeCaches]
+
+	pvcs       cache.SharedIndexInformer
+	migrations cache.SharedIndexInformer
+}
+
+// item is a queued VMI: its range and namespace/name.
+type item struct {
+	rng int
+	key string
+}
+
+// rangeCaches are one range's informers.
+type rangeCaches struct {
+	vmis   cache.SharedIndexInformer
+	pods   cache.SharedIndexInformer
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// New returns a controller; Run starts it, and it acts on ranges as the
+// shard manager calls Acquired and Releasing.
+func New(cfg Config) *Controller {
+	c := &Controller{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
+			workqueue.TypedRateLimitingQueueConfig[item]{Name: "vmi"}),
+		expectations: expectations.New(cfg.Ranges.Count(), clockNow{}),
+		ranges:       make([]atomic.Pointer[rangeCaches], cfg.Ranges.Count()),
+	}
+	c.batcher = status.New(status.Config[*virtv1.VirtualMachineInstance]{
+		Name:    "vmi",
+		Workers: cfg.StatusWorkers,
+		Holds:   cfg.Fence.Holds,
+		Metrics: cfg.StatusMetrics,
+		Cached: func(rng int, namespace, name string) (*virtv1.VirtualMachineInstance, error) {
+			return c.cachedVMI(rng, namespace+"/"+name)
+		},
+		Fresh: func(ctx context.Context, namespace, name string) (*virtv1.VirtualMachineInstance, error) {
+			return cfg.KubeVirt.VirtualMachineInstances(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+		Patch: func(ctx context.Context, namespace, name string, patch []byte) (*virtv1.VirtualMachineInstance, error) {
+			return cfg.KubeVirt.VirtualMachineInstances(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		},
+	})
+	c.broadcaster = record.NewBroadcaster()
+	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
+
+	pvcGVR := schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+	// Only names matter for storage readiness: a metadata-only, cluster-wide
+	// cache of PVCs is small whatever the range split.
+	c.pvcs = metadatainformer.NewFilteredMetadataInformer(cfg.Metadata, pvcGVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	_ = c.pvcs.SetTransform(shard.TrimForCache)
+	// Migrations are few: every replica watches all, and acts only on those
+	// of VMIs it owns.
+	c.migrations = cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return cfg.KubeVirt.Migrations("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cfg.KubeVirt.Migrations("").Watch(ctx, o)
+		},
+	}, &virtv1.VirtualMachineInstanceMigration{}, 0, cache.Indexers{byVMIName: func(obj any) ([]string, error) {
+		m := obj.(*virtv1.VirtualMachineInstanceMigration)
+		return []string{m.Namespace + "/" + m.Spec.VMIName}, nil
+	}})
+	_ = c.migrations.SetTransform(shard.TrimForCache)
+	return c
+}
+
+type clockNow struct{}
+
+func (clockNow) Now() time.Time                  { return time.Now() }
+func (clockNow) Since(t time.Time) time.Duration { return time.Since(t) }
+
+// PendingExpectations counts keys with outstanding expectations.
+func (c *Controller) PendingExpectations() float64 { return float64(c.expectations.Count()) }
+
+// Run starts the cluster-wide caches, the status batcher and workers, and
+// blocks until ctx is done. Ranges come and go through Acquired/Releasing.
+func (c *Controller) Run(ctx context.Context, workers int, synced chan<- struct{}) error {
+	logger := klog.FromContext(ctx)
+	c.broadcaster.StartStructuredLogging(4)
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
+	defer c.queue.ShutDown()
+
+	if _, err := c.pvcs.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvcAdded}); err != nil {
+		return err
+	}
+	go c.pvcs.RunWithContext(ctx)
+	go c.migrations.RunWithContext(ctx)
+	if !cache.WaitForNamedCacheSync("vmi-cluster", ctx.Done(), c.pvcs.HasSynced, c.migrations.HasSynced) {
+		return fmt.Errorf("cluster-wide caches did not sync: %w", ctx.Err())
+	}
+	close(synced)
+
+	var wg sync.WaitGroup
+	wg.Go(func() { c.batcher.Run(ctx) })
+	for range workers {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	logger.Info("VMI controller running", "workers", workers)
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// Acquired implements shard.Handler: start range i's caches, wait for them,
+// and queue every VMI of the range.
+func (c *Controller) Acquired(ctx context.Context, i int) error {
+	rc, err := c.startRange(i)
+	if err != nil {
+		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), rc.vmis.HasSynced, rc.pods.HasSynced) {
+		rc.stop()
+		return fmt.Errorf("caches of range %d did not sync: %w", i, ctx.Err())
+	}
+	c.ranges[i].Store(rc)
+	for _, key := range rc.vmis.GetStore().ListKeys() {
+		c.queue.Add(item{i, key})
+	}
+	return nil
+}
+
+// Releasing implements shard.Handler: stop acting on range i — new work for
+// it is ignored, pending status is flushed while the range is still held
+// (dropped when it may already be lost), expectations are forgotten, and
+// the caches stop.
+func (c *Controller) Releasing(ctx context.Context, i int, reason shard.Reason) {
+	rc := c.ranges[i].Swap(nil)
+	if reason == shard.ReasonExpiry {
+		c.batcher.DropRange(i)
+	} else {
+		c.batcher.FlushRange(ctx, i)
+		c.batcher.DropRange(i)
+	}
+	c.expectations.DropRange(i)
+	if rc != nil {
+		rc.stop()
+	}
+}
+
+func (rc *rangeCaches) stop() {
+	rc.cancel()
+	rc.done.Wait()
+}
+
+func (c *Controller) startRange(i int) (*rangeCaches, error) {
+	owned := shard.NewSet(c.cfg.Ranges.Count(), i)
+	vmiLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.cfg.KubeVirt.VirtualMachineInstances("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.cfg.KubeVirt.VirtualMachineInstances("").Watch(ctx, o)
+		},
+	}
+	vmis, err := shard.NewInformer(vmiLW, c.cfg.Ranges.ByKey(owned), &virtv1.VirtualMachineInstance{},
+		"virtualmachineinstances", c.cfg.ShardMetrics, cache.Indexers{byClaim: claimIndex})
+	if err != nil {
+		return nil, err
+	}
+	podLW := cache.NewListWatchFromClient(c.cfg.Kube.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, fields.Everything())
+	pods, err := shard.NewInformer(podLW, c.cfg.Ranges.ByLabel(owned), &corev1.Pod{}, "pods", c.cfg.ShardMetrics,
+		cache.Indexers{byVMIUID: func(obj any) ([]string, error) {
+			return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
+		}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := vmis.AddEventHandler(c.vmiHandler(i)); err != nil {
+		return nil, err
+	}
+	if _, err := pods.AddEventHandler(c.podHandler(i)); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rc := &rangeCaches{vmis: vmis, pods: pods, cancel: cancel}
+	rc.done.Go(func() { vmis.RunWithContext(ctx) })
+	rc.done.Go(func() { pods.RunWithContext(ctx) })
+	return rc, nil
+}
+
+func claimIndex(obj any) ([]string, error) {
+	vmi := obj.(*virtv1.VirtualMachineInstance)
+	var keys []string
+	for _, claim := range template.ClaimNames(vmi) {
+		keys = append(keys, vmi.Namespace+"/"+claim)
+	}
+	return keys, nil
+}
+
+func (c *Controller) cachedVMI(rng int, key string) (*virtv1.VirtualMachineInstance, error) {
+	rc := c.ranges[rng].Load()
+	if rc == nil {
+		return nil, errRangeNotHeld
+	}
+	obj, exists, err := rc.vmis.GetStore().GetByKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, notFound(key)
+	}
+	return obj.(*virtv1.VirtualMachineInstance), nil
+}
+
+// vmiHandler enqueues VMIs of range rng and observes their phase changes.
+func (c *Controller) vmiHandler(rng int) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.enqueue(rng, obj) },
+		UpdateFunc: func(oldObj, newObj any) {
+			old, cur := oldObj.(*virtv1.VirtualMachineInstance), newObj.(*virtv1.VirtualMachineInstance)
+			if old.ResourceVersion == cur.ResourceVersion {
+				return // a resync
+			}
+			if old.Status.Phase != cur.Status.Phase && cur.Status.Phase != "" {
+				c.cfg.Metrics.phase(string(cur.Status.Phase), time.Since(cur.CreationTimestamp.Time))
+			}
+			c.enqueue(rng, newObj)
+		},
+		// A VMI leaving the filtered watch is "not ours any more", which
+		// arrives as a delete: the reconcile finds it gone and forgets it.
+		DeleteFunc: func(obj any) { c.enqueue(rng, obj) },
+	}
+}
+
+// podHandler maps launcher pods of range rng to their VMIs and feeds the
+// expectations.
+func (c *Controller) podHandler(rng int) cache.ResourceEventHandler {
+	owner := func(obj any) (*corev1.Pod, string, bool) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, "", false
+		}
+		ref := metav1.GetControllerOf(pod)
+		if ref == nil || ref.Kind != virtv1.VirtualMachineInstanceGroupVersionKind.Kind {
+			return nil, "", false
+		}
+		return pod, pod.Namespace + "/" + ref.Name, true
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if _, key, ok := owner(obj); ok {
+				c.expectations.CreationObserved(rng, key)
+				c.queue.Add(item{rng, key})
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			if oldObj.(*corev1.Pod).ResourceVersion == newObj.(*corev1.Pod).ResourceVersion {
+				return
+			}
+			if _, key, ok := owner(newObj); ok {
+				c.queue.Add(item{rng, key})
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if pod, key, ok := owner(obj); ok {
+				c.expectations.DeletionObserved(rng, key, pod.UID)
+				c.queue.Add(item{rng, key})
+			}
+		},
+	}
+}
+
+func (c *Controller) enqueue(rng int, obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	c.queue.Add(item{rng, key})
+}
+
+// pvcAdded wakes the VMIs waiting for the claim.
+func (c *Controller) pvcAdded(obj any) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	claim := m.Namespace + "/" + m.Name
+	for i := range c.ranges {
+		rc := c.ranges[i].Load()
+		if rc == nil {
+			continue
+		}
+		waiting, _ := rc.vmis.GetIndexer().ByIndex(byClaim, claim)
+		for _, v := range waiting {
+			c.enqueue(i, v)
+		}
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	it, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(it)
+	start := time.Now()
+	err := c.sync(ctx, it)
+	c.cfg.Metrics.reconciled(time.Since(start), err)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Reconcile failed, requeueing", "vmi", it.key, "range", it.rng, "err", err)
+		c.queue.AddRateLimited(it)
+		return true
+	}
+	c.queue.Forget(it)
+	return true
+}

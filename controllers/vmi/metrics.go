@@ -1,0 +1,62 @@
+package vmi
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics of the VMI controller.
+type Metrics struct {
+	phaseTransition   *prometheus.HistogramVec
+	reconcileDuration *prometheus.HistogramVec
+	expectations      prometheus.GaugeFunc
+}
+
+// phaseTransitionBuckets are KubeVirt's (PhaseTransitionTimeBuckets), so
+// dashboards built for virt-controller work unchanged.
+var phaseTransitionBuckets = []float64{
+	0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 90,
+	(2 * time.Minute).Seconds(), (3 * time.Minute).Seconds(), (5 * time.Minute).Seconds(),
+	(10 * time.Minute).Seconds(), (20 * time.Minute).Seconds(), (30 * time.Minute).Seconds(),
+}
+
+// NewMetrics creates the controller's metrics and registers them with reg.
+// pendingExpectations reports the keys with outstanding expectations.
+func NewMetrics(reg prometheus.Registerer, pendingExpectations func() float64) *Metrics {
+	m := &Metrics{
+		phaseTransition: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kubevirt_vmi_phase_transition_time_from_creation_seconds",
+			Help:    "Histogram of VM phase transitions duration from creation time in seconds.",
+			Buckets: phaseTransitionBuckets,
+		}, []string{"phase"}),
+		reconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "virtshard_controller_reconcile_duration_seconds",
+			Help:    "Time of one reconcile, by controller and result.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"controller", "result"}),
+		expectations: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "virtshard_controller_expectations_pending",
+			Help: "VMIs with creations or deletions sent but not yet seen by the informers.",
+		}, pendingExpectations),
+	}
+	reg.MustRegister(m.phaseTransition, m.reconcileDuration, m.expectations)
+	return m
+}
+
+func (m *Metrics) phase(phase string, sinceCreation time.Duration) {
+	if m != nil {
+		m.phaseTransition.WithLabelValues(phase).Observe(sinceCreation.Seconds())
+	}
+}
+
+func (m *Metrics) reconciled(took time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	m.reconcileDuration.WithLabelValues("vmi", result).Observe(took.Seconds())
+}

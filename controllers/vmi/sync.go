@@ -1,0 +1,253 @@
+package vmi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/template"
+)
+
+var errRangeNotHeld = errors.New("range not held by this replica")
+
+func notFound(key string) error {
+	return apierrors.NewNotFound(virtv1.Resource("virtualmachineinstances"), key)
+}
+
+// Condition reasons and event reasons, KubeVirt's where it has them.
+const (
+	ReasonSuccessfulCreate  = "SuccessfulCreate"
+	ReasonFailedCreate      = "FailedCreate"
+	ReasonSuccessfulDelete  = "SuccessfulDelete"
+	ReasonFailedPVCNotFound = "FailedPvcNotFound"
+	ReasonInvalidNetwork    = "InvalidNetworkSpec"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonPodGone           = "PodNotExists"
+	ReasonPodFailed         = "PodFailed"
+	ReasonMigrationActive   = "MigrationInProgress"
+)
+
+// sync reconciles one VMI of a range this replica holds.
+func (c *Controller) sync(ctx context.Context, it item) error {
+	if !c.cfg.Fence.Holds(it.rng) {
+		return nil // not ours (any more): the next owner reconciles it
+	}
+	rc := c.ranges[it.rng].Load()
+	if rc == nil {
+		return nil
+	}
+	obj, exists, err := rc.vmis.GetStore().GetByKey(it.key)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		c.expectations.Delete(it.rng, it.key)
+		return nil
+	}
+	vmi := obj.(*virtv1.VirtualMachineInstance)
+	podObjs, err := rc.pods.GetIndexer().ByIndex(byVMIUID, string(vmi.UID))
+	if err != nil {
+		return err
+	}
+	pods := make([]*corev1.Pod, 0, len(podObjs))
+	for _, p := range podObjs {
+		pods = append(pods, p.(*corev1.Pod))
+	}
+	satisfied := c.expectations.Satisfied(it.rng, it.key)
+
+	if vmi.DeletionTimestamp != nil {
+		return c.syncDeletion(ctx, it, vmi, pods, satisfied)
+	}
+	pod := newestPod(pods)
+	switch vmi.Status.Phase {
+	case "", virtv1.Pending:
+		if pod != nil {
+			return c.followPod(it, vmi, pod)
+		}
+		if !satisfied {
+			return nil // our create is on its way to the cache
+		}
+		return c.createPod(ctx, it, vmi)
+	case virtv1.Scheduling, virtv1.Scheduled, virtv1.Running:
+		if pod == nil {
+			if satisfied {
+				c.fail(it, vmi, ReasonPodGone, "the launcher pod no longer exists")
+			}
+			return nil // a launcher pod is never re-created after Pending
+		}
+		return c.followPod(it, vmi, pod)
+	}
+	return nil // final: nothing to do until deletion
+}
+
+// newestPod is the launcher pod that counts; normally there is one, by name.
+func newestPod(pods []*corev1.Pod) *corev1.Pod {
+	var newest *corev1.Pod
+	for _, p := range pods {
+		if newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time) {
+			newest = p
+		}
+	}
+	return newest
+}
+
+// createPod checks that the VMI can run and creates its launcher pod.
+func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.VirtualMachineInstance) error {
+	logger := klog.FromContext(ctx)
+	vmi := cached.DeepCopy()
+	template.ApplyDefaults(vmi, c.cfg.Options)
+	if err := template.ValidateNetworks(vmi); err != nil {
+		// Bad input: say so on the object and wait for the user to change it
+		// (the update requeues it); no retry loop.
+		c.blocked(it, cached, corev1.EventTypeWarning, ReasonInvalidNetwork, err.Error())
+		return nil
+	}
+	for _, claim := range template.ClaimNames(vmi) {
+		if _, exists, _ := c.pvcs.GetStore().GetByKey(vmi.Namespace + "/" + claim); !exists {
+			// The PVC informer requeues this VMI when the claim appears.
+			c.blocked(it, cached, corev1.EventTypeNormal, ReasonFailedPVCNotFound,
+				fmt.Sprintf("PVC %s/%s does not exist, waiting for it", vmi.Namespace, claim))
+			return nil
+		}
+	}
+	if c.activeMigration(vmi) {
+		return nil // the migration's end requeues nothing here: VMIs in Pending rarely migrate
+	}
+	pod, err := template.Render(vmi, it.rng, c.cfg.Options)
+	if err != nil {
+		c.blocked(it, cached, corev1.EventTypeWarning, ReasonInvalidSpec, err.Error())
+		return nil
+	}
+	if !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	c.expectations.ExpectCreations(it.rng, it.key, 1)
+	created, err := c.cfg.Kube.CoreV1().Pods(vmi.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// The deterministic name makes a second launcher pod impossible:
+		// ours exists already (a previous owner's, or our own not yet seen).
+		c.expectations.CreationObserved(it.rng, it.key)
+		return nil
+	case err != nil:
+		c.expectations.CreationObserved(it.rng, it.key)
+		c.recorder.Eventf(cached, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating pod: %v", err)
+		return fmt.Errorf("create launcher pod: %w", err)
+	}
+	logger.V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
+	c.recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
+	at := metav1.Now()
+	c.batcher.Enqueue(it.rng, it.key, c.cfg.LazyStatusWait, toScheduling(created, at))
+	return nil
+}
+
+func (c *Controller) activeMigration(vmi *virtv1.VirtualMachineInstance) bool {
+	migrations, _ := c.migrations.GetIndexer().ByIndex(byVMIName, vmi.Namespace+"/"+vmi.Name)
+	for _, m := range migrations {
+		if !m.(*virtv1.VirtualMachineInstanceMigration).IsFinal() {
+			return true
+		}
+	}
+	return false
+}
+
+// followPod moves the VMI along with its launcher pod.
+func (c *Controller) followPod(it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
+	switch {
+	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		c.fail(it, vmi, ReasonPodFailed, fmt.Sprintf("launcher pod %s is %s", pod.Name, pod.Status.Phase))
+	case pod.DeletionTimestamp != nil:
+		// Terminating: the VMI fails when the pod is gone.
+	case pod.Status.Phase == corev1.PodRunning && podReady(pod):
+		if rank(vmi.Status.Phase) < rank(virtv1.Scheduled) {
+			c.batcher.Enqueue(it.rng, it.key, c.cfg.UrgentStatusWait, toScheduled(pod, metav1.Now()))
+		}
+	default:
+		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) {
+			c.batcher.Enqueue(it.rng, it.key, c.cfg.LazyStatusWait, toScheduling(pod, pod.CreationTimestamp))
+		}
+		if cond := unschedulable(pod); cond != nil {
+			c.batcher.Enqueue(it.rng, it.key, c.cfg.LazyStatusWait, copyPodScheduled(*cond))
+		}
+	}
+	return nil
+}
+
+// syncDeletion deletes the launcher pods and, once none is left, removes
+// the finalizer.
+func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, pods []*corev1.Pod, satisfied bool) error {
+	if !satisfied {
+		return nil
+	}
+	if len(pods) == 0 {
+		c.batcher.Enqueue(it.rng, it.key, c.cfg.UrgentStatusWait, finalize)
+		return nil
+	}
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil || !c.cfg.Fence.Holds(it.rng) {
+			continue
+		}
+		c.expectations.ExpectDeletions(it.rng, it.key, pod.UID)
+		err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &pod.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			c.expectations.DeletionObserved(it.rng, it.key, pod.UID)
+			return fmt.Errorf("delete launcher pod %s: %w", pod.Name, err)
+		}
+		c.recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted virtual machine pod %s", pod.Name)
+	}
+	return nil
+}
+
+// blocked reports a VMI that cannot proceed: a Synchronized=False condition
+// with the reason, and an event (once per reason and message: the
+// condition dedups them).
+func (c *Controller) blocked(it item, vmi *virtv1.VirtualMachineInstance, eventType, reason, message string) {
+	if cond := condition(vmi, virtv1.VirtualMachineInstanceSynchronized); cond != nil &&
+		cond.Status == corev1.ConditionFalse && cond.Reason == reason && cond.Message == message {
+		return // already reported
+	}
+	c.recorder.Event(vmi, eventType, reason, message)
+	c.batcher.Enqueue(it.rng, it.key, c.cfg.UrgentStatusWait, notSynchronized(reason, message, metav1.Now()))
+}
+
+func (c *Controller) fail(it item, vmi *virtv1.VirtualMachineInstance, reason, message string) {
+	c.recorder.Event(vmi, corev1.EventTypeWarning, reason, message)
+	c.batcher.Enqueue(it.rng, it.key, c.cfg.UrgentStatusWait, toFailed(reason, message, metav1.Now()))
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func unschedulable(pod *corev1.Pod) *corev1.PodCondition {
+	for i, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+var phaseOrder = []virtv1.VirtualMachineInstancePhase{"", virtv1.Pending, virtv1.Scheduling, virtv1.Scheduled, virtv1.Running}
+
+// rank orders phases along the way to Running; final phases rank last.
+func rank(p virtv1.VirtualMachineInstancePhase) int {
+	if i := slices.Index(phaseOrder, p); i >= 0 {
+		return i
+	}
+	return len(phaseOrder)
+}

@@ -1,0 +1,232 @@
+package vmi_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/bench/cluster/clustertest"
+	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/template"
+)
+
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
+
+// env is one test's namespace with its replicas.
+type env struct {
+	t    *testing.T
+	ns   string
+	kube kubernetes.Interface
+	kv   *kubevirt.Clientset
+	// replicas by identity: their metrics and how to stop them.
+	replicas map[string]*replica
+}
+
+type replica struct {
+	registry *prometheus.Registry
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+func newEnv(t *testing.T, replicas int) *env {
+	t.Helper()
+	cfg := clustertest.Config(t)
+	kv, err := kubevirt.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ns: clustertest.Namespace(t), kube: kubernetes.NewForConfigOrDie(cfg), kv: kv, replicas: map[string]*replica{}}
+	t.Cleanup(func() {
+		for _, r := range e.replicas {
+			r.cancel()
+			<-r.done
+		}
+	})
+	for i := range replicas {
+		e.start(fmt.Sprintf("replica-%d", i))
+	}
+	return e
+}
+
+// kubeconfig writes the test cluster's config for a replica to read.
+func kubeconfig(t *testing.T) string {
+	cfg := clustertest.Config(t)
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	api := clientcmdapi.NewConfig()
+	api.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, CertificateAuthority: cfg.CAFile}
+	api.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData,
+		ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile}
+	api.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	api.CurrentContext = "c"
+	if err := clientcmd.WriteToFile(*api, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// start runs a replica in this process, as the binary would run it.
+func (e *env) start(id string) *replica {
+	opts := app.NewOptions()
+	opts.Kubeconfig = kubeconfig(e.t)
+	opts.Namespace = e.ns
+	opts.Identity = id
+	opts.Address = "127.0.0.1:0"
+	opts.QPS, opts.Burst = -1, 0
+	opts.Registry = prometheus.NewRegistry()
+	// Short lazy waits keep the tests quick; the bench uses the defaults.
+	opts.LazyStatus = time.Second
+	if err := opts.Validate(); err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{registry: opts.Registry, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- opts.Run(ctx) }()
+	e.replicas[id] = r
+	return r
+}
+
+// newVMI is a VMI that kwok's nodes can run: it tolerates their taint.
+func newVMI(name string) *virtv1.VirtualMachineInstance {
+	return &virtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "test"}},
+		Spec: virtv1.VirtualMachineInstanceSpec{
+			Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			}},
+		},
+	}
+}
+
+func (e *env) create(vmi *virtv1.VirtualMachineInstance) *virtv1.VirtualMachineInstance {
+	e.t.Helper()
+	created, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), vmi, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatalf("create VMI: %v", err)
+	}
+	return created
+}
+
+// waitVMI waits until cond holds for the VMI, returning it.
+func (e *env) waitVMI(name string, timeout time.Duration, what string, cond func(*virtv1.VirtualMachineInstance) bool) *virtv1.VirtualMachineInstance {
+	e.t.Helper()
+	var vmi *virtv1.VirtualMachineInstance
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		vmi, err = e.kv.VirtualMachineInstances(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return cond(vmi), nil
+	})
+	if err != nil {
+		e.t.Fatalf("VMI %s: %s not reached within %s; last status: %+v", name, what, timeout, statusOf(vmi))
+	}
+	return vmi
+}
+
+func statusOf(vmi *virtv1.VirtualMachineInstance) any {
+	if vmi == nil {
+		return nil
+	}
+	return vmi.Status
+}
+
+func (e *env) launcherPods(vmi *virtv1.VirtualMachineInstance) []corev1.Pod {
+	e.t.Helper()
+	pods, err := e.kube.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{
+		LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.UID),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func (e *env) events(vmi *virtv1.VirtualMachineInstance, reason string) []corev1.Event {
+	e.t.Helper()
+	events, err := e.kube.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: "involvedObject.uid=" + string(vmi.UID) + ",reason=" + reason,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return events.Items
+}
+
+func phases(vmi *virtv1.VirtualMachineInstance) []virtv1.VirtualMachineInstancePhase {
+	var out []virtv1.VirtualMachineInstancePhase
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
+		out = append(out, t.Phase)
+	}
+	return out
+}
+
+func TestVMIRunsAndIsDeletedWithTwoReplicas(t *testing.T) {
+	e := newEnv(t, 2)
+	created := e.create(newVMI("lifecycle"))
+	vmi := e.waitVMI("lifecycle", time.Minute, "Running", func(v *virtv1.VirtualMachineInstance) bool {
+		return v.Status.Phase == virtv1.Running
+	})
+
+	want := []virtv1.VirtualMachineInstancePhase{virtv1.Pending, virtv1.Scheduling, virtv1.Scheduled, virtv1.Running}
+	if got := phases(vmi); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("phase transitions %v, want %v", got, want)
+	}
+	ts := vmi.Status.PhaseTransitionTimestamps
+	for i := 1; i < len(ts); i++ {
+		if ts[i].PhaseTransitionTimestamp.Before(&ts[i-1].PhaseTransitionTimestamp) {
+			t.Errorf("%s recorded at %s, before %s at %s", ts[i].Phase, ts[i].PhaseTransitionTimestamp, ts[i-1].Phase, ts[i-1].PhaseTransitionTimestamp)
+		}
+	}
+	if vmi.Status.NodeName == "" || vmi.Labels[virtv1.NodeNameLabel] != vmi.Status.NodeName {
+		t.Errorf("handoff incomplete: nodeName %q, label %q", vmi.Status.NodeName, vmi.Labels[virtv1.NodeNameLabel])
+	}
+	pods := e.launcherPods(created)
+	if len(pods) != 1 {
+		t.Fatalf("%d launcher pods, want 1", len(pods))
+	}
+	pod := pods[0]
+	if pod.Name != template.PodName(created) || pod.Spec.NodeName != vmi.Status.NodeName || pod.Spec.Containers[0].Name != "compute" {
+		t.Errorf("launcher pod %s on %s (container %s), want %s on %s with compute first",
+			pod.Name, pod.Spec.NodeName, pod.Spec.Containers[0].Name, template.PodName(created), vmi.Status.NodeName)
+	}
+	if _, ok := vmi.Status.ActivePods[pod.UID]; !ok {
+		t.Errorf("activePods %v lacks the launcher pod %s", vmi.Status.ActivePods, pod.UID)
+	}
+	if len(e.events(created, "SuccessfulCreate")) != 1 {
+		t.Error("no SuccessfulCreate event")
+	}
+	found := false
+	for _, f := range vmi.Finalizers {
+		found = found || f == virtv1.VirtualMachineInstanceFinalizer
+	}
+	if !found {
+		t.Errorf("finalizers %v lack %s", vmi.Finalizers, virtv1.VirtualMachineInstanceFinalizer)
+	}
+
+	if err := e.kv.VirtualMachineInstances(e.ns).Delete(context.Background(), "lifecycle", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, "lifecycle", metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && len(e.launcherPods(created)) == 0, nil
+	}); err != nil {
+		t.Fatalf("VMI or its launcher pod still there a minute after deletion")
+	}
+}
