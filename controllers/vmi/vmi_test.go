@@ -230,3 +230,106 @@ func TestVMIRunsAndIsDeletedWithTwoReplicas(t *testing.T) {
 		t.Fatalf("VMI or its launcher pod still there a minute after deletion")
 	}
 }
+
+func TestDeletedLauncherPodFailsTheVMIForGood(t *testing.T) {
+	e := newEnv(t, 2)
+	created := e.create(newVMI("orphan"))
+	e.waitVMI("orphan", time.Minute, "Running", func(v *virtv1.VirtualMachineInstance) bool { return v.Status.Phase == virtv1.Running })
+	pods := e.launcherPods(created)
+	if len(pods) != 1 {
+		t.Fatalf("%d launcher pods, want 1", len(pods))
+	}
+	if err := e.kube.CoreV1().Pods(e.ns).Delete(context.Background(), pods[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vmi := e.waitVMI("orphan", time.Minute, "Failed", func(v *virtv1.VirtualMachineInstance) bool { return v.Status.Phase == virtv1.Failed })
+	if got := phases(vmi); got[len(got)-1] != virtv1.Failed {
+		t.Errorf("phase transitions %v do not end with Failed", got)
+	}
+	// Give a wrongly re-created pod time to show up, then check none did.
+	time.Sleep(2 * time.Second)
+	if pods := e.launcherPods(created); len(pods) != 0 {
+		t.Errorf("%d launcher pods after the VMI failed, want none (never re-created after Pending)", len(pods))
+	}
+}
+
+func TestMissingPVCWaitsThenProceeds(t *testing.T) {
+	e := newEnv(t, 1)
+	vmi := newVMI("needs-disk")
+	vmi.Spec.Domain.Devices.Disks = []virtv1.Disk{{Name: "data", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}}}
+	vmi.Spec.Volumes = []virtv1.Volume{{Name: "data", VolumeSource: virtv1.VolumeSource{
+		PersistentVolumeClaim: &virtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}},
+	}}}
+	created := e.create(vmi)
+	blocked := e.waitVMI("needs-disk", time.Minute, "Synchronized=False FailedPvcNotFound", func(v *virtv1.VirtualMachineInstance) bool {
+		c := condition(v, virtv1.VirtualMachineInstanceSynchronized)
+		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == "FailedPvcNotFound"
+	})
+	if blocked.Status.Phase != virtv1.Pending {
+		t.Errorf("blocked VMI in phase %s, want Pending", blocked.Status.Phase)
+	}
+	waitEvents(t, e, created, "FailedPvcNotFound", corev1.EventTypeNormal)
+	if pods := e.launcherPods(created); len(pods) != 0 {
+		t.Fatalf("%d launcher pods without the PVC, want none", len(pods))
+	}
+
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := e.kube.CoreV1().PersistentVolumeClaims(e.ns).Create(context.Background(), pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitVMI("needs-disk", time.Minute, "a launcher pod once the PVC exists", func(v *virtv1.VirtualMachineInstance) bool {
+		return len(e.launcherPods(created)) == 1
+	})
+}
+
+func TestInvalidNetworkIsReportedOnceWithoutRetrying(t *testing.T) {
+	e := newEnv(t, 1)
+	vmi := newVMI("bad-net")
+	vmi.Spec.Domain.Devices.Interfaces = []virtv1.Interface{{Name: "default", InterfaceBindingMethod: virtv1.InterfaceBindingMethod{Masquerade: &virtv1.InterfaceMasquerade{}}}}
+	vmi.Spec.Networks = []virtv1.Network{{Name: "other", NetworkSource: virtv1.NetworkSource{Pod: &virtv1.PodNetwork{}}}}
+	created := e.create(vmi)
+	e.waitVMI("bad-net", time.Minute, "Synchronized=False InvalidNetworkSpec", func(v *virtv1.VirtualMachineInstance) bool {
+		c := condition(v, virtv1.VirtualMachineInstanceSynchronized)
+		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == "InvalidNetworkSpec"
+	})
+	waitEvents(t, e, created, "InvalidNetworkSpec", corev1.EventTypeWarning)
+	// A hot loop would keep reconciling and re-reporting: after a while
+	// there must still be one event and no pod.
+	time.Sleep(3 * time.Second)
+	events := e.events(created, "InvalidNetworkSpec")
+	if len(events) != 1 || events[0].Count > 1 {
+		count := int32(0)
+		for _, ev := range events {
+			count += ev.Count
+		}
+		t.Errorf("%d InvalidNetworkSpec events seen %d times, want one, reported once", len(events), count)
+	}
+	if pods := e.launcherPods(created); len(pods) != 0 {
+		t.Errorf("%d launcher pods for an invalid network spec, want none", len(pods))
+	}
+}
+
+func waitEvents(t *testing.T, e *env, vmi *virtv1.VirtualMachineInstance, reason, eventType string) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		events := e.events(vmi, reason)
+		return len(events) > 0 && events[0].Type == eventType, nil
+	}); err != nil {
+		t.Fatalf("no %s event %s for %s", eventType, reason, vmi.Name)
+	}
+}
+
+func condition(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) *virtv1.VirtualMachineInstanceCondition {
+	for i := range v.Status.Conditions {
+		if v.Status.Conditions[i].Type == t {
+			return &v.Status.Conditions[i]
+		}
+	}
+	return nil
+}
