@@ -91,6 +91,13 @@ func (b *Batcher[T]) Enqueue(rng int, key string, wait time.Duration, m Mutation
 	b.queue.AddAfter(key, wait)
 }
 
+// Depth is the number of objects with intents not yet written.
+func (b *Batcher[T]) Depth() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
+}
+
 // Pending reports whether key has intents not yet written.
 func (b *Batcher[T]) Pending(key string) bool {
 	b.mu.Lock()
@@ -194,6 +201,7 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 		if !b.cfg.Holds(p.rng) {
 			return nil
 		}
+		klog.FromContext(ctx).V(5).Info("Patching", "batcher", b.cfg.Name, "key", key, "intents", len(p.mutations), "patch", string(patch))
 		var patched T
 		patched, err = b.cfg.Patch(ctx, namespace, name, patch)
 		if err == nil {
@@ -202,6 +210,9 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 				b.cfg.OnPatched(patched)
 			}
 			return nil
+		}
+		if apierrors.IsConflict(err) {
+			b.cfg.Metrics.conflict(b.cfg.Name)
 		}
 		if !apierrors.IsConflict(err) || attempt >= 3 {
 			b.requeue(key, p)
@@ -274,17 +285,29 @@ func mergePatch[T runtime.Object](obj T, mutations []Mutation[T]) ([]byte, error
 // Metrics of batchers.
 type Metrics struct {
 	batchSize *prometheus.HistogramVec
+	conflicts *prometheus.CounterVec
 }
 
-// NewMetrics creates virtshard_status_batch_size and registers it with reg.
+// NewMetrics creates the batcher metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "virtshard_status_batch_size",
 		Help:    "Intents coalesced into one status patch.",
 		Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16},
-	}, []string{"batcher"})}
-	reg.MustRegister(m.batchSize)
+	}, []string{"batcher"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "virtshard_status_patch_conflicts_total",
+			Help: "Status patches refused because the object changed since it was read.",
+		}, []string{"batcher"}),
+	}
+	reg.MustRegister(m.batchSize, m.conflicts)
 	return m
+}
+
+func (m *Metrics) conflict(name string) {
+	if m != nil {
+		m.conflicts.WithLabelValues(name).Inc()
+	}
 }
 
 func (m *Metrics) observe(name string, n int) {

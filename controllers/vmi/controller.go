@@ -47,12 +47,17 @@ type Config struct {
 	KubeVirt *kubevirt.Clientset
 	Metadata metadata.Interface
 	// Fence reports whether this replica may act on a range now.
-	Fence   interface{ Holds(int) bool }
-	Ranges  shard.Ranges
-	Options template.Options
+	Fence interface{ Holds(int) bool }
+	// Namespace restricts the controller to one namespace; "" watches all.
+	Namespace string
+	Ranges    shard.Ranges
+	Options   template.Options
 	// LazyStatusWait is how long an intermediate phase (Scheduling) may wait
-	// to ride along with the next status patch.
+	// to ride along with the next status patch while the batcher is idle;
+	// BusyStatusWait while it holds at least BusyDepth objects.
 	LazyStatusWait time.Duration
+	BusyStatusWait time.Duration
+	BusyDepth      int
 	// UrgentStatusWait is the batching window of everything else.
 	UrgentStatusWait time.Duration
 	StatusWorkers    int
@@ -85,10 +90,14 @@ type item struct {
 
 // rangeCaches are one range's informers.
 type rangeCaches struct {
-	vmis   cache.SharedIndexInformer
-	pods   cache.SharedIndexInformer
-	cancel context.CancelFunc
-	done   sync.WaitGroup
+	vmis cache.SharedIndexInformer
+	// written overlays the VMI cache with the objects our own patches
+	// returned until the informer catches up, so that the next patch of a
+	// VMI starts from its latest resourceVersion instead of conflicting.
+	written cache.MutationCache
+	pods    cache.SharedIndexInformer
+	cancel  context.CancelFunc
+	done    sync.WaitGroup
 }
 
 // New returns a controller; Run starts it, and it acts on ranges as the
@@ -115,6 +124,7 @@ func New(cfg Config) *Controller {
 		Patch: func(ctx context.Context, namespace, name string, patch []byte) (*virtv1.VirtualMachineInstance, error) {
 			return cfg.KubeVirt.VirtualMachineInstances(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 		},
+		OnPatched: func(vmi *virtv1.VirtualMachineInstance) { c.patched(vmi) },
 	})
 	c.broadcaster = record.NewBroadcaster()
 	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
@@ -122,16 +132,16 @@ func New(cfg Config) *Controller {
 	pvcGVR := schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
 	// Only names matter for storage readiness: a metadata-only, cluster-wide
 	// cache of PVCs is small whatever the range split.
-	c.pvcs = metadatainformer.NewFilteredMetadataInformer(cfg.Metadata, pvcGVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	c.pvcs = metadatainformer.NewFilteredMetadataInformer(cfg.Metadata, pvcGVR, cfg.Namespace, 0, cache.Indexers{}, nil).Informer()
 	_ = c.pvcs.SetTransform(shard.TrimForCache)
 	// Migrations are few: every replica watches all, and acts only on those
 	// of VMIs it owns.
 	c.migrations = cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return cfg.KubeVirt.Migrations("").List(ctx, o)
+			return cfg.KubeVirt.Migrations(cfg.Namespace).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return cfg.KubeVirt.Migrations("").Watch(ctx, o)
+			return cfg.KubeVirt.Migrations(cfg.Namespace).Watch(ctx, o)
 		},
 	}, &virtv1.VirtualMachineInstanceMigration{}, 0, cache.Indexers{byVMIName: func(obj any) ([]string, error) {
 		m := obj.(*virtv1.VirtualMachineInstanceMigration)
@@ -228,10 +238,10 @@ func (c *Controller) startRange(i int) (*rangeCaches, error) {
 	owned := shard.NewSet(c.cfg.Ranges.Count(), i)
 	vmiLW := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return c.cfg.KubeVirt.VirtualMachineInstances("").List(ctx, o)
+			return c.cfg.KubeVirt.VirtualMachineInstances(c.cfg.Namespace).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.cfg.KubeVirt.VirtualMachineInstances("").Watch(ctx, o)
+			return c.cfg.KubeVirt.VirtualMachineInstances(c.cfg.Namespace).Watch(ctx, o)
 		},
 	}
 	vmis, err := shard.NewInformer(vmiLW, c.cfg.Ranges.ByKey(owned), &virtv1.VirtualMachineInstance{},
@@ -239,7 +249,7 @@ func (c *Controller) startRange(i int) (*rangeCaches, error) {
 	if err != nil {
 		return nil, err
 	}
-	podLW := cache.NewListWatchFromClient(c.cfg.Kube.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, fields.Everything())
+	podLW := cache.NewListWatchFromClient(c.cfg.Kube.CoreV1().RESTClient(), "pods", c.cfg.Namespace, fields.Everything())
 	pods, err := shard.NewInformer(podLW, c.cfg.Ranges.ByLabel(owned), &corev1.Pod{}, "pods", c.cfg.ShardMetrics,
 		cache.Indexers{byVMIUID: func(obj any) ([]string, error) {
 			return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
@@ -254,7 +264,9 @@ func (c *Controller) startRange(i int) (*rangeCaches, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rc := &rangeCaches{vmis: vmis, pods: pods, cancel: cancel}
+	written := cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), vmis.GetStore(),
+		cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 100000})
+	rc := &rangeCaches{vmis: vmis, written: written, pods: pods, cancel: cancel}
 	rc.done.Go(func() { vmis.RunWithContext(ctx) })
 	rc.done.Go(func() { pods.RunWithContext(ctx) })
 	return rc, nil
@@ -274,7 +286,7 @@ func (c *Controller) cachedVMI(rng int, key string) (*virtv1.VirtualMachineInsta
 	if rc == nil {
 		return nil, errRangeNotHeld
 	}
-	obj, exists, err := rc.vmis.GetStore().GetByKey(key)
+	obj, exists, err := rc.written.GetByKey(key)
 	if err != nil {
 		return nil, err
 	}
@@ -282,6 +294,24 @@ func (c *Controller) cachedVMI(rng int, key string) (*virtv1.VirtualMachineInsta
 		return nil, notFound(key)
 	}
 	return obj.(*virtv1.VirtualMachineInstance), nil
+}
+
+// patched records a VMI our batcher wrote, for cachedVMI.
+func (c *Controller) patched(vmi *virtv1.VirtualMachineInstance) {
+	if rc := c.ranges[c.cfg.Ranges.Of(vmi)].Load(); rc != nil {
+		rc.written.Mutation(vmi)
+	}
+}
+
+// lazyWait is how long an intermediate phase may wait for company: short
+// when the batcher is idle, so status follows reality closely, long when a
+// burst has many VMIs in flight, so that their Scheduling rides along with
+// the handoff instead of costing a patch of its own.
+func (c *Controller) lazyWait() time.Duration {
+	if c.batcher.Depth() >= c.cfg.BusyDepth {
+		return c.cfg.BusyStatusWait
+	}
+	return c.cfg.LazyStatusWait
 }
 
 // vmiHandler enqueues VMIs of range rng and observes their phase changes.

@@ -81,7 +81,7 @@ func startProcess(t *testing.T, ns, id string) *process {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(controllerBinary(t), "--kubeconfig", kubeconfig(t), "--namespace", ns, "--identity", id,
-		"--address", addr, "--kube-api-qps", "-1")
+		"--watch-namespace", ns, "--address", addr, "--kube-api-qps", "-1")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -115,6 +115,13 @@ func (p *process) writes(t *testing.T) map[string]float64 {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
+	for _, name := range []string{"virtshard_status_patch_conflicts_total", "virtshard_shard_handoffs_total"} {
+		if f := families[name]; f != nil {
+			for _, m := range f.GetMetric() {
+				out[name] += m.GetCounter().GetValue()
+			}
+		}
+	}
 	if f := families["virtshard_api_writes_total"]; f != nil {
 		for _, m := range f.GetMetric() {
 			labels := model.LabelSet{}
@@ -237,6 +244,14 @@ func TestTwoThousandVMIsWithThreeReplicas(t *testing.T) {
 	}
 	perVMI := controllerWrites / float64(n)
 	t.Logf("writes by resource and verb: %v", total)
+	events, err := e.kube.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{})
+	if err == nil {
+		byReason := map[string]int32{}
+		for _, ev := range events.Items {
+			byReason[ev.Reason] += ev.Count
+		}
+		t.Logf("events by reason: %v", byReason)
+	}
 	t.Logf("controller writes per VMI (pods and VMIs): %.2f; events per VMI: %.2f", perVMI, total["events create"]/float64(n))
 	if perVMI > 2.5 {
 		t.Errorf("%.2f controller writes per VMI on the way to Running, want at most 2.5", perVMI)

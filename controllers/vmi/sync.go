@@ -144,7 +144,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	logger.V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
 	c.recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
 	at := metav1.Now()
-	c.batcher.Enqueue(it.rng, it.key, c.cfg.LazyStatusWait, toScheduling(created, at))
+	c.batcher.Enqueue(it.rng, it.key, c.lazyWait(), toScheduling(created, at))
 	return nil
 }
 
@@ -171,10 +171,10 @@ func (c *Controller) followPod(it item, vmi *virtv1.VirtualMachineInstance, pod 
 		}
 	default:
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) {
-			c.batcher.Enqueue(it.rng, it.key, c.cfg.LazyStatusWait, toScheduling(pod, pod.CreationTimestamp))
+			c.batcher.Enqueue(it.rng, it.key, c.lazyWait(), toScheduling(pod, pod.CreationTimestamp))
 		}
 		if cond := unschedulable(pod); cond != nil {
-			c.batcher.Enqueue(it.rng, it.key, c.cfg.LazyStatusWait, copyPodScheduled(*cond))
+			c.batcher.Enqueue(it.rng, it.key, c.lazyWait(), copyPodScheduled(*cond))
 		}
 	}
 	return nil

@@ -84,6 +84,7 @@ func (e *env) start(id string) *replica {
 	opts := app.NewOptions()
 	opts.Kubeconfig = kubeconfig(e.t)
 	opts.Namespace = e.ns
+	opts.Watch = e.ns
 	opts.Identity = id
 	opts.Address = "127.0.0.1:0"
 	opts.QPS, opts.Burst = -1, 0

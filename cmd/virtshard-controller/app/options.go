@@ -17,6 +17,7 @@ import (
 type Options struct {
 	Kubeconfig    string
 	Namespace     string
+	Watch         string
 	Name          string
 	Identity      string
 	RangeCount    int
@@ -31,6 +32,8 @@ type Options struct {
 	Address       string
 	Pprof         bool
 	LazyStatus    time.Duration
+	BusyStatus    time.Duration
+	BusyDepth     int
 	UrgentStatus  time.Duration
 	LauncherImage string
 	// Registry receives the replica's metrics; nil means a fresh one. Tests
@@ -54,7 +57,9 @@ func NewOptions() *Options {
 		QPS:           200,
 		Burst:         400,
 		Address:       ":8080",
-		LazyStatus:    5 * time.Second,
+		LazyStatus:    2 * time.Second,
+		BusyStatus:    time.Minute,
+		BusyDepth:     100,
 		UrgentStatus:  5 * time.Millisecond,
 		LauncherImage: "quay.io/kubevirt/virt-launcher:v1.8.1",
 	}
@@ -64,6 +69,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means $KUBECONFIG, ~/.kube/config, or in-cluster")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the shard Leases and assignment (default $POD_NAMESPACE)")
+	fs.StringVar(&o.Watch, "watch-namespace", o.Watch, "manage VMIs of this namespace only; empty means all namespaces")
 	fs.StringVar(&o.Name, "name", o.Name, "name of this sharded controller: prefix of its Leases")
 	fs.StringVar(&o.Identity, "identity", o.Identity, "this replica's identity (default $POD_NAME, else the hostname)")
 	fs.IntVar(&o.RangeCount, "ranges", o.RangeCount, "number of hash ranges, a power of two; all replicas must agree")
@@ -78,6 +84,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Address, "address", o.Address, "address of /metrics, /healthz, /readyz (and /debug/pprof)")
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --address")
 	fs.DurationVar(&o.LazyStatus, "lazy-status-wait", o.LazyStatus, "how long an intermediate phase may wait to share a patch")
+	fs.DurationVar(&o.BusyStatus, "busy-status-wait", o.BusyStatus, "the same while at least --busy-depth VMIs have status pending")
+	fs.IntVar(&o.BusyDepth, "busy-depth", o.BusyDepth, "pending status writes from which the batcher counts as busy")
 	fs.DurationVar(&o.UrgentStatus, "urgent-status-wait", o.UrgentStatus, "batching window of other status writes")
 	fs.StringVar(&o.LauncherImage, "launcher-image", o.LauncherImage, "virt-launcher image of launcher pods")
 }

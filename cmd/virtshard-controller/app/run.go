@@ -68,9 +68,12 @@ func (o *Options) Run(ctx context.Context) error {
 	controller = vmi.New(vmi.Config{
 		Kube: kube, KubeVirt: kv, Metadata: meta,
 		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
+		Namespace:        o.Watch,
 		Ranges:           ranges,
 		Options:          tmpl,
 		LazyStatusWait:   o.LazyStatus,
+		BusyStatusWait:   o.BusyStatus,
+		BusyDepth:        o.BusyDepth,
 		UrgentStatusWait: o.UrgentStatus,
 		StatusWorkers:    o.StatusWorkers,
 		Metrics:          vmi.NewMetrics(registry, func() float64 { return controller.PendingExpectations() }),
