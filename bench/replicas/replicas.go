@@ -1,0 +1,155 @@
+// Package replicas runs virtshard-controller replicas as separate local
+// processes, as a StatefulSet would run them as pods, so that their CPU and
+// memory can be measured and one can be killed, and reads their metrics.
+package replicas
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Options of a set of replicas.
+type Options struct {
+	// Binary is the virtshard-controller executable.
+	Binary string
+	// Kubeconfig, Namespace (of the Leases) and WatchNamespace are passed on.
+	Kubeconfig     string
+	Namespace      string
+	WatchNamespace string
+	// LogDir receives one log file per replica.
+	LogDir string
+	// Args are extra flags for every replica.
+	Args []string
+}
+
+// Replica is one running process.
+type Replica struct {
+	ID      string
+	Address string
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// Start starts replica id.
+func Start(opts Options, id string) (*Replica, error) {
+	addr, err := freeAddress()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
+		return nil, err
+	}
+	log, err := os.Create(filepath.Join(opts.LogDir, id+".log"))
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--kubeconfig", opts.Kubeconfig, "--namespace", opts.Namespace, "--identity", id,
+		"--address", addr, "--kube-api-qps", "-1"}
+	if opts.WatchNamespace != "" {
+		args = append(args, "--watch-namespace", opts.WatchNamespace)
+	}
+	cmd := exec.Command(opts.Binary, append(args, opts.Args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start replica %s: %w", id, err)
+	}
+	r := &Replica{ID: id, Address: addr, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); log.Close(); close(r.done) }()
+	return r, nil
+}
+
+// Stop asks the replica to hand its ranges off and exit (SIGTERM), and
+// kills it after timeout.
+func (r *Replica) Stop(timeout time.Duration) {
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(timeout):
+		r.Kill()
+	}
+}
+
+// Kill kills the replica without a handoff, as a crash would.
+func (r *Replica) Kill() {
+	_ = r.cmd.Process.Kill()
+	<-r.done
+}
+
+// Exited reports whether the process is gone.
+func (r *Replica) Exited() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// PID is the process id.
+func (r *Replica) PID() int { return r.cmd.Process.Pid }
+
+// Metrics scrapes the replica's /metrics.
+func (r *Replica) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.Address+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// Sum adds up every series of a counter or gauge family whose labels
+// include match.
+func Sum(families map[string]*dto.MetricFamily, name string, match map[string]string) float64 {
+	f := families[name]
+	if f == nil {
+		return 0
+	}
+	total := 0.0
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		ok := true
+		for k, v := range match {
+			ok = ok && labels[k] == v
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			total += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			total += m.GetGauge().GetValue()
+		}
+	}
+	return total
+}
+
+func freeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
