@@ -3,8 +3,6 @@ package vmi_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/bench/replicas"
 )
 
 // The scale tests run replicas as separate processes of the real binary,
@@ -58,78 +55,36 @@ func controllerBinary(t *testing.T) string {
 	return binary
 }
 
-type process struct {
-	id   string
-	cmd  *exec.Cmd
-	addr string
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func startProcess(t *testing.T, ns, id string) *process {
+// startProcess starts a replica process watching ns; test cleanup stops it.
+func startProcess(t *testing.T, ns, id string) *replicas.Replica {
 	t.Helper()
-	addr := freeAddr(t)
-	log, err := os.Create(filepath.Join(t.TempDir(), id+".log"))
+	r, err := replicas.Start(replicas.Options{
+		Binary: controllerBinary(t), Kubeconfig: kubeconfig(t), Namespace: ns, WatchNamespace: ns, LogDir: t.TempDir(),
+	}, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(controllerBinary(t), "--kubeconfig", kubeconfig(t), "--namespace", ns, "--identity", id,
-		"--watch-namespace", ns, "--address", addr, "--kube-api-qps", "-1")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &process{id: id, cmd: cmd, addr: addr}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-		log.Close()
-	})
-	return p
+	t.Cleanup(func() { r.Stop(15 * time.Second) })
+	return r
 }
 
-// writes scrapes virtshard_api_writes_total by resource.
-func (p *process) writes(t *testing.T) map[string]float64 {
+// writes scrapes a replica's API writes by "resource verb".
+func writes(t *testing.T, r *replicas.Replica) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + p.addr + "/metrics")
+	families, err := r.Metrics(context.Background())
 	if err != nil {
-		t.Fatalf("scrape %s: %v", p.id, err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("scrape %s: %v", r.ID, err)
 	}
 	out := map[string]float64{}
 	for _, name := range []string{"virtshard_status_patch_conflicts_total", "virtshard_shard_handoffs_total"} {
-		if f := families[name]; f != nil {
-			for _, m := range f.GetMetric() {
-				out[name] += m.GetCounter().GetValue()
-			}
-		}
+		out[name] = replicas.Sum(families, name, nil)
 	}
-	if f := families["virtshard_api_writes_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			labels := model.LabelSet{}
-			for _, l := range m.GetLabel() {
-				labels[model.LabelName(l.GetName())] = model.LabelValue(l.GetValue())
-			}
-			out[string(labels["resource"])+" "+string(labels["verb"])] += m.GetCounter().GetValue()
+	for _, m := range families["virtshard_api_writes_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
+		out[labels["resource"]+" "+labels["verb"]] += m.GetCounter().GetValue()
 	}
 	return out
 }
@@ -219,7 +174,7 @@ func scaleCount(t *testing.T) int {
 func TestTwoThousandVMIsWithThreeReplicas(t *testing.T) {
 	n := scaleCount(t)
 	e := newEnv(t, 0)
-	var procs []*process
+	var procs []*replicas.Replica
 	for i := range 3 {
 		procs = append(procs, startProcess(t, e.ns, fmt.Sprintf("replica-%d", i)))
 	}
@@ -229,39 +184,56 @@ func TestTwoThousandVMIsWithThreeReplicas(t *testing.T) {
 	t.Logf("%d VMIs Running %s after the first create", n, time.Since(start).Round(time.Millisecond))
 	assertOneLauncherPodEach(t, e, n)
 
-	total := map[string]float64{}
-	for _, p := range procs {
-		for k, v := range p.writes(t) {
-			total[k] += v
-		}
-	}
-	var controllerWrites float64
-	for k, v := range total {
-		resource := strings.Fields(k)[0]
-		if resource == "pods" || resource == "virtualmachineinstances" {
-			controllerWrites += v
-		}
-	}
-	perVMI := controllerWrites / float64(n)
+	controller, eventsCreated, total := controllerWrites(t, procs)
+	perVMI := controller / float64(n)
 	t.Logf("writes by resource and verb: %v", total)
-	events, err := e.kube.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{})
-	if err == nil {
-		byReason := map[string]int32{}
-		for _, ev := range events.Items {
-			byReason[ev.Reason] += ev.Count
-		}
-		t.Logf("events by reason: %v", byReason)
-	}
-	t.Logf("controller writes per VMI (pods and VMIs): %.2f; events per VMI: %.2f", perVMI, total["events create"]/float64(n))
+	t.Logf("controller writes per VMI (pods and VMIs): %.2f; events per VMI: %.2f", perVMI, eventsCreated/float64(n))
 	if perVMI > 2.5 {
 		t.Errorf("%.2f controller writes per VMI on the way to Running, want at most 2.5", perVMI)
+	}
+}
+
+// controllerWrites sums pod and VMI writes over replicas, and events beside.
+func controllerWrites(t *testing.T, procs []*replicas.Replica) (writesTotal, events float64, all map[string]float64) {
+	all = map[string]float64{}
+	for _, p := range procs {
+		for k, v := range writes(t, p) {
+			all[k] += v
+		}
+	}
+	for k, v := range all {
+		if resource := strings.Fields(k)[0]; resource == "pods" || resource == "virtualmachineinstances" {
+			writesTotal += v
+		}
+	}
+	return writesTotal, all["events create"], all
+}
+
+// TestWritesPerVMIWhenIdle creates VMIs one by one on an idle system: the
+// batcher writes promptly, and Scheduling rides along with the handoff.
+func TestWritesPerVMIWhenIdle(t *testing.T) {
+	const n = 10
+	e := newEnv(t, 0)
+	var procs []*replicas.Replica
+	for i := range 3 {
+		procs = append(procs, startProcess(t, e.ns, fmt.Sprintf("replica-%d", i)))
+	}
+	for i := range n {
+		e.create(newVMI(fmt.Sprintf("idle-%d", i)))
+		time.Sleep(200 * time.Millisecond)
+	}
+	waitAllRunning(t, e, n, 2*time.Minute)
+	w, events, all := controllerWrites(t, procs)
+	t.Logf("idle: %.2f controller writes per VMI, %.2f events per VMI (%v)", w/n, events/n, all)
+	if w/n > 2.5 {
+		t.Errorf("%.2f controller writes per VMI when idle, want at most 2.5", w/n)
 	}
 }
 
 func TestKilledReplicaMidRunLosesNoVMI(t *testing.T) {
 	n := scaleCount(t)
 	e := newEnv(t, 0)
-	var procs []*process
+	var procs []*replicas.Replica
 	for i := range 3 {
 		procs = append(procs, startProcess(t, e.ns, fmt.Sprintf("replica-%d", i)))
 	}
@@ -274,10 +246,8 @@ func TestKilledReplicaMidRunLosesNoVMI(t *testing.T) {
 	}); err != nil {
 		t.Fatal("VMIs were not created")
 	}
-	if err := procs[1].cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("killed %s", procs[1].id)
+	procs[1].Kill()
+	t.Logf("killed %s", procs[1].ID)
 	<-created
 	waitAllRunning(t, e, n, 10*time.Minute)
 	assertOneLauncherPodEach(t, e, n)

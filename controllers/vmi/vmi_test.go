@@ -221,6 +221,32 @@ func TestVMIRunsAndIsDeletedWithTwoReplicas(t *testing.T) {
 		t.Errorf("finalizers %v lack %s", vmi.Finalizers, virtv1.VirtualMachineInstanceFinalizer)
 	}
 
+	// The replicas' metrics saw it: the queue, the reconciles, the phases.
+	var adds, reconciles, runningObserved float64
+	for _, r := range e.replicas {
+		families, err := r.registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				switch f.GetName() {
+				case "virtshard_workqueue_adds_total":
+					adds += m.GetCounter().GetValue()
+				case "virtshard_controller_reconcile_duration_seconds":
+					reconciles += float64(m.GetHistogram().GetSampleCount())
+				case "kubevirt_vmi_phase_transition_time_from_creation_seconds":
+					if m.GetLabel()[0].GetValue() == "Running" {
+						runningObserved += float64(m.GetHistogram().GetSampleCount())
+					}
+				}
+			}
+		}
+	}
+	if adds == 0 || reconciles == 0 || runningObserved != 1 {
+		t.Errorf("metrics: %v queue adds, %v reconciles, %v Running transitions observed; want some, some, 1", adds, reconciles, runningObserved)
+	}
+
 	if err := e.kv.VirtualMachineInstances(e.ns).Delete(context.Background(), "lifecycle", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

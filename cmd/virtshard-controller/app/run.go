@@ -20,6 +20,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/clientmetrics"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/queuemetrics"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/controllers/vmi"
@@ -35,6 +36,7 @@ func (o *Options) Run(ctx context.Context) error {
 		registry = prometheus.NewRegistry()
 	}
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	queuemetrics.Register(registry)
 
 	cfg, err := o.restConfig()
 	if err != nil {
