@@ -102,6 +102,11 @@ func expired(l *coordinationv1.Lease, observedAt, now time.Time) bool {
 	return !now.Before(observedAt.Add(d))
 }
 
+// expiry is when l expires unless it changes, as seen from here.
+func (o *observations) expiry(l *coordinationv1.Lease, now time.Time) time.Time {
+	return o.observe(l, now).Add(time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second)
+}
+
 // free reports whether l may be taken by another member at now.
 func (o *observations) free(l *coordinationv1.Lease, now time.Time) bool {
 	if holder(l) == "" {

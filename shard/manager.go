@@ -328,8 +328,13 @@ func (m *Manager) claim(ctx context.Context) {
 	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod)
 	defer ticker.Stop()
 	for {
-		m.reconcile(ctx)
+		// A lease we wait for expires without any event: wake up for it.
+		var expiry <-chan time.Time
+		if next := m.reconcile(ctx); !next.IsZero() {
+			expiry = m.cfg.Clock.After(next.Sub(m.cfg.Clock.Now()) + 10*time.Millisecond)
+		}
 		select {
+		case <-expiry:
 		case <-ctx.Done():
 			m.mu.Lock()
 			for _, h := range m.held {
@@ -351,8 +356,9 @@ func (h *holding) requestRelease(reason Reason) {
 }
 
 // reconcile releases the ranges the assignment moved away and tries to take
-// the ranges it gave this member.
-func (m *Manager) reconcile(ctx context.Context) {
+// the ranges it gave this member. It returns when the first lease it waits
+// for will expire (zero if none).
+func (m *Manager) reconcile(ctx context.Context) (nextExpiry time.Time) {
 	a := m.assignment.Load()
 	now := m.cfg.Clock.Now()
 	for i := range m.cfg.Ranges.Count() {
@@ -370,14 +376,18 @@ func (m *Manager) reconcile(ctx context.Context) {
 		case h != nil && !want:
 			h.requestRelease(ReasonRebalance)
 		case h == nil && want && !m.leaving.Load() && !backingOff:
-			m.tryAcquire(ctx, i)
+			if at := m.tryAcquire(ctx, i); !at.IsZero() && (nextExpiry.IsZero() || at.Before(nextExpiry)) {
+				nextExpiry = at
+			}
 		}
 	}
+	return nextExpiry
 }
 
 // tryAcquire takes range i's lease if it is free: missing, released, or
-// unchanged for its whole duration as seen from here.
-func (m *Manager) tryAcquire(ctx context.Context, i int) {
+// unchanged for its whole duration as seen from here. If another member
+// holds it, it returns when that lease expires unless renewed.
+func (m *Manager) tryAcquire(ctx context.Context, i int) (expiresAt time.Time) {
 	logger := klog.FromContext(ctx)
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	start := m.cfg.Clock.Now()
@@ -387,7 +397,7 @@ func (m *Manager) tryAcquire(ctx context.Context, i int) {
 		lease, err = leases.Create(ctx, m.cfg.newRangeLease(i, start), metav1.CreateOptions{})
 	case err != nil:
 	case !m.obs.free(lease, start):
-		return
+		return m.obs.expiry(lease, start)
 	default:
 		taken := lease.DeepCopy()
 		now := metav1.NewMicroTime(start)
@@ -401,9 +411,10 @@ func (m *Manager) tryAcquire(ctx context.Context, i int) {
 	if err != nil {
 		// Usually a conflict: someone else was faster, or our cache is behind.
 		logger.V(4).Info("Range not acquired", "range", i, "err", err)
-		return
+		return time.Time{}
 	}
 	m.startHolding(ctx, i, lease, start)
+	return time.Time{}
 }
 
 func (m *Manager) startHolding(ctx context.Context, i int, lease *coordinationv1.Lease, renewStart time.Time) {
