@@ -45,8 +45,8 @@ controller: ## Build bin/virtshard-controller.
 	$(GO) build -o $(BIN)/virtshard-controller ./cmd/virtshard-controller
 
 .PHONY: bench-ceiling
-bench-ceiling: tools ## Measure the cluster's bare-pod ceiling (see BENCHMARKS.md).
-	$(GO) run ./cmd/virtshard-bench --scenario pod-ceiling $(BENCH_ARGS)
+bench-ceiling: tools ## Measure the cluster's own limits: bare pods and kwok's VMI stage (see BENCHMARKS.md).
+	$(GO) run ./cmd/virtshard-bench --scenario pod-ceiling,vmi-stage-ceiling $(BENCH_ARGS)
 
 ##@ Local cluster
 

@@ -14,16 +14,24 @@ import (
 
 	"github.com/virtshard/virtshard/bench/ceiling"
 	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
 )
 
 // Scenarios the bench knows.
-const ScenarioPodCeiling = "pod-ceiling"
+const (
+	// ScenarioPodCeiling: plain pods to Running, through the scheduler and kwok.
+	ScenarioPodCeiling = "pod-ceiling"
+	// ScenarioVMIStageCeiling: handed-off VMIs to Running, through kwok's VMI stage.
+	ScenarioVMIStageCeiling = "vmi-stage-ceiling"
+)
+
+var scenarios = []string{ScenarioPodCeiling, ScenarioVMIStageCeiling}
 
 // Options of one bench invocation.
 type Options struct {
-	Scenario    string
+	Scenarios   []string
 	Nodes       int
-	Pods        int
+	Count       int
 	Concurrency []int
 	Runs        int
 	Output      string
@@ -33,9 +41,9 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		Scenario:    ScenarioPodCeiling,
+		Scenarios:   []string{ScenarioPodCeiling},
 		Nodes:       cluster.DefaultNodes,
-		Pods:        2000,
+		Count:       2000,
 		Concurrency: []int{1, 10, 50},
 		Runs:        3,
 		Output:      "text",
@@ -46,9 +54,10 @@ func NewOptions() *Options {
 // Parse reads flags from args and validates them.
 func (o *Options) Parse(args []string) error {
 	flags := flag.NewFlagSet("virtshard-bench", flag.ContinueOnError)
-	flags.StringVar(&o.Scenario, "scenario", o.Scenario, "scenario to run: "+ScenarioPodCeiling)
+	scenarioList := strings.Join(o.Scenarios, ",")
+	flags.StringVar(&scenarioList, "scenario", scenarioList, "comma-separated scenarios, run side by side: "+strings.Join(scenarios, ", "))
 	flags.IntVar(&o.Nodes, "nodes", o.Nodes, "kwok nodes in the cluster")
-	flags.IntVar(&o.Pods, "pods", o.Pods, "pods per run (pod-ceiling)")
+	flags.IntVar(&o.Count, "count", o.Count, "objects per run")
 	concurrency := intList(o.Concurrency)
 	flags.Var(&concurrency, "concurrency", "comma-separated concurrent creators, one series each (pod-ceiling)")
 	flags.IntVar(&o.Runs, "runs", o.Runs, "runs per series; the report gives the median run")
@@ -57,19 +66,23 @@ func (o *Options) Parse(args []string) error {
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
+	o.Scenarios = strings.Split(scenarioList, ",")
 	o.Concurrency = concurrency
 	return o.Validate()
 }
 
 // Validate checks the options.
 func (o *Options) Validate() error {
+	for _, sc := range o.Scenarios {
+		if !slices.Contains(scenarios, sc) {
+			return fmt.Errorf("unknown scenario %q: want %s", sc, strings.Join(scenarios, ", "))
+		}
+	}
 	switch {
-	case o.Scenario != ScenarioPodCeiling:
-		return fmt.Errorf("unknown scenario %q", o.Scenario)
 	case !slices.Contains([]string{"text", "json", "markdown"}, o.Output):
 		return fmt.Errorf("unknown output %q: want text, json or markdown", o.Output)
-	case o.Pods <= 0 || o.Runs <= 0 || o.Nodes <= 0 || len(o.Concurrency) == 0:
-		return fmt.Errorf("--pods, --runs, --nodes and --concurrency must be positive")
+	case o.Count <= 0 || o.Runs <= 0 || o.Nodes <= 0 || len(o.Concurrency) == 0:
+		return fmt.Errorf("--count, --runs, --nodes and --concurrency must be positive")
 	}
 	for _, c := range o.Concurrency {
 		if c <= 0 {
@@ -79,10 +92,11 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// Series is the runs of one parameter point, and the median run.
+// Series is the runs of one scenario and parameter point, and the median run.
 type Series struct {
-	Median ceiling.Result   `json:"median"`
-	Runs   []ceiling.Result `json:"runs"`
+	Scenario string           `json:"scenario"`
+	Median   ceiling.Result   `json:"median"`
+	Runs     []ceiling.Result `json:"runs"`
 }
 
 // Run brings up the cluster if needed, runs the scenario and writes the report.
@@ -103,26 +117,43 @@ func (o *Options) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	kv, err := kubevirt.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	var report []Series
 	for _, concurrency := range o.Concurrency {
-		var s Series
+		// Scenarios alternate run by run, so that they share the machine's
+		// moods alike and compare side by side.
+		series := make([]Series, len(o.Scenarios))
 		for run := range o.Runs {
-			ns := fmt.Sprintf("bench-ceiling-c%d-r%d-%d", concurrency, run, time.Now().Unix())
-			res, err := ceiling.Run(ctx, client, ceiling.Options{Pods: o.Pods, Concurrency: concurrency, Namespace: ns, Timeout: o.Timeout})
-			if err != nil {
-				return fmt.Errorf("pod-ceiling run (concurrency %d): %w", concurrency, err)
-			}
-			s.Runs = append(s.Runs, res)
-			// Let the namespace controller clear the pods first, so the next
-			// run does not pay for this one's cleanup.
-			if err := ceiling.WaitGone(ctx, client, ns); err != nil {
-				return err
+			for si, scenario := range o.Scenarios {
+				ns := fmt.Sprintf("bench-%s-c%d-r%d-%d", scenario, concurrency, run, time.Now().Unix())
+				opts := ceiling.Options{Count: o.Count, Concurrency: concurrency, Namespace: ns, Timeout: o.Timeout, Nodes: o.Nodes}
+				var res ceiling.Result
+				if scenario == ScenarioPodCeiling {
+					res, err = ceiling.Pods(ctx, client, opts)
+				} else {
+					res, err = ceiling.VMIStage(ctx, client, kv, opts)
+				}
+				if err != nil {
+					return fmt.Errorf("%s run (concurrency %d): %w", scenario, concurrency, err)
+				}
+				series[si].Scenario = scenario
+				series[si].Runs = append(series[si].Runs, res)
+				// Let the namespace controller clear the objects first, so the
+				// next run does not pay for this one's cleanup.
+				if err := ceiling.WaitGone(ctx, client, ns); err != nil {
+					return err
+				}
 			}
 		}
-		byRate := slices.Clone(s.Runs)
-		slices.SortFunc(byRate, func(a, b ceiling.Result) int { return int(a.Duration - b.Duration) })
-		s.Median = byRate[len(byRate)/2]
-		report = append(report, s)
+		for _, s := range series {
+			byTime := slices.Clone(s.Runs)
+			slices.SortFunc(byTime, func(a, b ceiling.Result) int { return int(a.Duration - b.Duration) })
+			s.Median = byTime[len(byTime)/2]
+			report = append(report, s)
+		}
 	}
 	return o.write(out, report)
 }
@@ -132,20 +163,20 @@ func (o *Options) write(out io.Writer, report []Series) error {
 	case "json":
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"scenario": o.Scenario, "nodes": o.Nodes, "series": report})
+		return enc.Encode(map[string]any{"nodes": o.Nodes, "series": report})
 	case "markdown":
-		fmt.Fprintf(out, "| pods | creators | pods/s (create→Running) | create/s | p50 | p95 | p99 | runs (pods/s) |\n")
-		fmt.Fprintf(out, "|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		fmt.Fprintf(out, "| scenario | objects | creators | Running/s | create/s | p50 | p95 | p99 | runs (Running/s) |\n")
+		fmt.Fprintf(out, "|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, s := range report {
 			m := s.Median
-			fmt.Fprintf(out, "| %d | %d | %.0f | %.0f | %s | %s | %s | %s |\n", m.Pods, m.Concurrency, m.PodsPerSecond, m.CreatePerSecond,
+			fmt.Fprintf(out, "| %s | %d | %d | %.0f | %.0f | %s | %s | %s | %s |\n", s.Scenario, m.Count, m.Concurrency, m.PerSecond, m.CreatePerSecond,
 				round(m.P50), round(m.P95), round(m.P99), rates(s.Runs))
 		}
 	default:
 		for _, s := range report {
 			m := s.Median
-			fmt.Fprintf(out, "pods=%d creators=%d: %.0f pods/s create→Running (%s total), create %.0f/s, latency p50 %s p95 %s p99 %s; runs %s\n",
-				m.Pods, m.Concurrency, m.PodsPerSecond, round(m.Duration), m.CreatePerSecond, round(m.P50), round(m.P95), round(m.P99), rates(s.Runs))
+			fmt.Fprintf(out, "%s count=%d creators=%d: %.0f/s create→Running (%s total), create %.0f/s, latency p50 %s p95 %s p99 %s; runs %s\n",
+				s.Scenario, m.Count, m.Concurrency, m.PerSecond, round(m.Duration), m.CreatePerSecond, round(m.P50), round(m.P95), round(m.P99), rates(s.Runs))
 		}
 	}
 	return nil
@@ -156,7 +187,7 @@ func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 func rates(runs []ceiling.Result) string {
 	parts := make([]string, len(runs))
 	for i, r := range runs {
-		parts[i] = fmt.Sprintf("%.0f", r.PodsPerSecond)
+		parts[i] = fmt.Sprintf("%.0f", r.PerSecond)
 	}
 	return strings.Join(parts, ", ")
 }

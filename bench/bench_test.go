@@ -12,14 +12,16 @@ func TestParse(t *testing.T) {
 		wantErr bool
 		check   func(*Options) bool
 	}{
-		{"defaults are valid", nil, false, func(o *Options) bool { return o.Scenario == ScenarioPodCeiling }},
+		{"defaults are valid", nil, false, func(o *Options) bool { return slices.Equal(o.Scenarios, []string{ScenarioPodCeiling}) }},
+		{"scenarios run side by side", []string{"--scenario", "pod-ceiling,vmi-stage-ceiling"}, false,
+			func(o *Options) bool { return len(o.Scenarios) == 2 }},
 		{"a concurrency list becomes one series each", []string{"--concurrency", "1, 5,20"}, false,
 			func(o *Options) bool { return slices.Equal(o.Concurrency, []int{1, 5, 20}) }},
 		{"an unknown scenario is refused", []string{"--scenario", "nope"}, true, nil},
 		{"an unknown output is refused", []string{"--output", "xml"}, true, nil},
 		{"a zero concurrency is refused", []string{"--concurrency", "0"}, true, nil},
 		{"a non-number concurrency is refused", []string{"--concurrency", "a,b"}, true, nil},
-		{"zero pods are refused", []string{"--pods", "0"}, true, nil},
+		{"zero objects are refused", []string{"--count", "0"}, true, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

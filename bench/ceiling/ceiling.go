@@ -10,47 +10,110 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/kubevirt"
 )
 
-// Options of one pod-ceiling run.
+// Options of one ceiling run.
 type Options struct {
-	// Pods is how many pods to create.
-	Pods int
+	// Count is how many objects to create.
+	Count int
 	// Concurrency is how many creators run at once.
 	Concurrency int
 	// Namespace is created for the run and deleted after it.
 	Namespace string
 	// Timeout bounds the whole run.
 	Timeout time.Duration
+	// Nodes spreads pre-scheduled VMIs over the first Nodes kwok nodes.
+	Nodes int
 }
 
-// Result of one pod-ceiling run.
+// Result of one run.
 type Result struct {
-	Pods        int           `json:"pods"`
+	Count       int           `json:"count"`
 	Concurrency int           `json:"concurrency"`
 	Duration    time.Duration `json:"durationNanos"`
-	// PodsPerSecond is Pods divided by the time from the first create to the
-	// last pod observed Running.
-	PodsPerSecond float64 `json:"podsPerSecond"`
+	// PerSecond is Count divided by the time from the first create to the
+	// last object observed Running.
+	PerSecond float64 `json:"perSecond"`
 	// CreatePerSecond is the rate the creators achieved on their own.
 	CreatePerSecond float64 `json:"createPerSecond"`
-	// Latency percentiles from each pod's create call returning to the watch
-	// observing it Running.
+	// Latency percentiles from each create call returning to the watch
+	// observing the object Running.
 	P50 time.Duration `json:"p50Nanos"`
 	P95 time.Duration `json:"p95Nanos"`
 	P99 time.Duration `json:"p99Nanos"`
 }
 
-// Run creates opts.Pods pods that tolerate kwok's node taint and waits for all
-// of them to be Running.
-func Run(ctx context.Context, client kubernetes.Interface, opts Options) (Result, error) {
-	if opts.Pods <= 0 || opts.Concurrency <= 0 {
-		return Result{}, fmt.Errorf("pods and concurrency must be positive, got %d and %d", opts.Pods, opts.Concurrency)
+// workload is what a ceiling run creates and waits for.
+type workload struct {
+	create  func(ctx context.Context, i int) (name string, err error)
+	lw      cache.ListerWatcher
+	example runtime.Object
+	running func(obj any) (name string, ok bool)
+}
+
+// Pods creates opts.Count plain pods that tolerate kwok's node taint and
+// waits for all of them to be Running: the scheduler's and kwok's limit.
+func Pods(ctx context.Context, client kubernetes.Interface, opts Options) (Result, error) {
+	return run(ctx, client, opts, workload{
+		create: func(ctx context.Context, i int) (string, error) {
+			pod, err := client.CoreV1().Pods(opts.Namespace).Create(ctx, newPod(fmt.Sprintf("pod-%06d", i)), metav1.CreateOptions{})
+			if err != nil {
+				return "", err
+			}
+			return pod.Name, nil
+		},
+		lw:      cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "pods", opts.Namespace, fields.Everything()),
+		example: &corev1.Pod{},
+		running: func(obj any) (string, bool) {
+			pod, ok := obj.(*corev1.Pod)
+			return pod.GetName(), ok && pod.Status.Phase == corev1.PodRunning
+		},
+	})
+}
+
+// VMIStage creates opts.Count VMIs already handed off (phase Scheduled, a
+// node name), as virtshard would leave them, and waits for kwok's VMI stage
+// (deploy/kwok) to make them Running: the node side's limit, which bounds
+// any controller's VMI throughput on this cluster.
+func VMIStage(ctx context.Context, client kubernetes.Interface, kv *kubevirt.Clientset, opts Options) (Result, error) {
+	nodes := max(opts.Nodes, 1)
+	vmis := kv.VirtualMachineInstances(opts.Namespace)
+	return run(ctx, client, opts, workload{
+		create: func(ctx context.Context, i int) (string, error) {
+			vmi, err := vmis.Create(ctx, scheduledVMI(fmt.Sprintf("vmi-%06d", i), fmt.Sprintf("kwok-node-%d", i%nodes)), metav1.CreateOptions{})
+			if err != nil {
+				return "", err
+			}
+			return vmi.Name, nil
+		},
+		lw: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return vmis.List(ctx, o) },
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return vmis.Watch(ctx, o)
+			},
+		},
+		example: &virtv1.VirtualMachineInstance{},
+		running: func(obj any) (string, bool) {
+			vmi, ok := obj.(*virtv1.VirtualMachineInstance)
+			return vmi.GetName(), ok && vmi.Status.Phase == virtv1.Running
+		},
+	})
+}
+
+func run(ctx context.Context, client kubernetes.Interface, opts Options, w workload) (Result, error) {
+	if opts.Count <= 0 || opts.Concurrency <= 0 {
+		return Result{}, fmt.Errorf("count and concurrency must be positive, got %d and %d", opts.Count, opts.Concurrency)
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
@@ -60,35 +123,34 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options) (Result
 		return Result{}, fmt.Errorf("create namespace %s: %w", opts.Namespace, err)
 	}
 	defer func() {
-		// Best effort: the namespace controller removes the pods in the background.
+		// Best effort: the namespace controller removes the objects in the background.
 		_ = client.CoreV1().Namespaces().Delete(context.Background(), opts.Namespace, metav1.DeleteOptions{})
 	}()
 
 	var (
 		mu       sync.Mutex
-		created  = make(map[string]time.Time, opts.Pods)
-		running  = make(map[string]time.Time, opts.Pods)
+		created  = make(map[string]time.Time, opts.Count)
+		running  = make(map[string]time.Time, opts.Count)
 		allReady = make(chan struct{})
 	)
 	observe := func(obj any) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok || pod.Status.Phase != corev1.PodRunning {
+		name, ok := w.running(obj)
+		if !ok {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if _, seen := running[pod.Name]; seen {
+		if _, seen := running[name]; seen {
 			return
 		}
-		running[pod.Name] = time.Now()
-		if len(running) == opts.Pods {
+		running[name] = time.Now()
+		if len(running) == opts.Count {
 			close(allReady)
 		}
 	}
-	lw := cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "pods", opts.Namespace, fields.Everything())
 	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    &corev1.Pod{},
+		ListerWatcher: w.lw,
+		ObjectType:    w.example,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    observe,
 			UpdateFunc: func(_, obj any) { observe(obj) },
@@ -96,7 +158,7 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options) (Result
 	})
 	go informer.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		return Result{}, fmt.Errorf("pod watch did not sync: %w", ctx.Err())
+		return Result{}, fmt.Errorf("watch did not sync: %w", ctx.Err())
 	}
 
 	start := time.Now()
@@ -107,18 +169,18 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options) (Result
 		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1
-				if i >= int64(opts.Pods) || ctx.Err() != nil {
+				if i >= int64(opts.Count) || ctx.Err() != nil {
 					return
 				}
-				pod := newPod(fmt.Sprintf("pod-%06d", i))
-				if _, err := client.CoreV1().Pods(opts.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-					err = fmt.Errorf("create pod %s: %w", pod.Name, err)
+				name, err := w.create(ctx, int(i))
+				if err != nil {
+					err = fmt.Errorf("create object %d: %w", i, err)
 					createErr.CompareAndSwap(nil, &err)
 					cancel()
 					return
 				}
 				mu.Lock()
-				created[pod.Name] = time.Now()
+				created[name] = time.Now()
 				mu.Unlock()
 			}
 		})
@@ -135,28 +197,28 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options) (Result
 		mu.Lock()
 		n := len(running)
 		mu.Unlock()
-		return Result{}, fmt.Errorf("%d of %d pods Running before the deadline: %w", n, opts.Pods, ctx.Err())
+		return Result{}, fmt.Errorf("%d of %d Running before the deadline: %w", n, opts.Count, ctx.Err())
 	}
 
 	mu.Lock()
 	defer mu.Unlock()
 	var last time.Time
-	latencies := make([]time.Duration, 0, opts.Pods)
+	latencies := make([]time.Duration, 0, opts.Count)
 	for name, at := range running {
 		if at.After(last) {
 			last = at
 		}
-		// A pod can be seen Running before its create call returned to us.
+		// An object can be seen Running before its create call returned to us.
 		latencies = append(latencies, max(0, at.Sub(created[name])))
 	}
 	slices.Sort(latencies)
 	total := last.Sub(start)
 	return Result{
-		Pods:            opts.Pods,
+		Count:           opts.Count,
 		Concurrency:     opts.Concurrency,
 		Duration:        total,
-		PodsPerSecond:   float64(opts.Pods) / total.Seconds(),
-		CreatePerSecond: float64(opts.Pods) / createDone.Seconds(),
+		PerSecond:       float64(opts.Count) / total.Seconds(),
+		CreatePerSecond: float64(opts.Count) / createDone.Seconds(),
 		P50:             Percentile(latencies, 0.50),
 		P95:             Percentile(latencies, 0.95),
 		P99:             Percentile(latencies, 0.99),
@@ -172,18 +234,33 @@ func Percentile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
 
+var kwokToleration = corev1.Toleration{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+
 // newPod is the smallest pod the scheduler places on a kwok node.
 func newPod(name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "pod-ceiling"}},
 		Spec: corev1.PodSpec{
-			Containers:   []corev1.Container{{Name: "main", Image: "pause"}},
-			NodeSelector: map[string]string{"type": "kwok"},
-			Tolerations: []corev1.Toleration{{
-				Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
-			}},
+			Containers:    []corev1.Container{{Name: "main", Image: "pause"}},
+			NodeSelector:  map[string]string{"type": "kwok"},
+			Tolerations:   []corev1.Toleration{kwokToleration},
 			RestartPolicy: corev1.RestartPolicyNever,
 		},
+	}
+}
+
+// scheduledVMI is a VMI as the controller hands it to the node agent. The
+// VMI CRD has no status subresource, so the status is taken on create.
+func scheduledVMI(name, node string) *virtv1.VirtualMachineInstance {
+	return &virtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: virtv1.VirtualMachineInstanceSpec{
+			Tolerations: []corev1.Toleration{kwokToleration},
+			Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			}},
+		},
+		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Scheduled, NodeName: node},
 	}
 }
 

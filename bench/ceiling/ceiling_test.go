@@ -34,6 +34,13 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
+func TestScheduledVMIIsHandedOff(t *testing.T) {
+	vmi := scheduledVMI("v", "kwok-node-3")
+	if vmi.Status.Phase != "Scheduled" || vmi.Status.NodeName != "kwok-node-3" {
+		t.Errorf("status %+v, want Scheduled on kwok-node-3", vmi.Status)
+	}
+}
+
 func TestNewPodToleratesKwokAndTargetsKwokNodes(t *testing.T) {
 	pod := newPod("p")
 	if pod.Spec.NodeSelector["type"] != "kwok" {
