@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/expectations"
@@ -75,8 +76,10 @@ type Controller struct {
 	recorder     record.EventRecorder
 	broadcaster  record.EventBroadcaster
 
-	// ranges[i] holds range i's caches while this replica acts on it.
-	ranges []atomic.Pointer[rangeCaches]
+	// ranges[i] holds range i's caches while this replica acts on it;
+	// releasing[i] is set while it hands range i off.
+	ranges    []atomic.Pointer[rangeCaches]
+	releasing []atomic.Bool
 
 	pvcs       cache.SharedIndexInformer
 	migrations cache.SharedIndexInformer
@@ -107,8 +110,9 @@ func New(cfg Config) *Controller {
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: "vmi"}),
-		expectations: expectations.New(cfg.Ranges.Count(), clockNow{}),
+		expectations: expectations.New(cfg.Ranges.Count(), clock.RealClock{}),
 		ranges:       make([]atomic.Pointer[rangeCaches], cfg.Ranges.Count()),
+		releasing:    make([]atomic.Bool, cfg.Ranges.Count()),
 	}
 	c.batcher = status.New(status.Config[*virtv1.VirtualMachineInstance]{
 		Name:    "vmi",
@@ -133,6 +137,7 @@ func New(cfg Config) *Controller {
 	// Only names matter for storage readiness: a metadata-only, cluster-wide
 	// cache of PVCs is small whatever the range split.
 	c.pvcs = metadatainformer.NewFilteredMetadataInformer(cfg.Metadata, pvcGVR, cfg.Namespace, 0, cache.Indexers{}, nil).Informer()
+	// SetTransform fails only on a started informer; these are new.
 	_ = c.pvcs.SetTransform(shard.TrimForCache)
 	// Migrations are few: every replica watches all, and acts only on those
 	// of VMIs it owns.
@@ -150,11 +155,6 @@ func New(cfg Config) *Controller {
 	_ = c.migrations.SetTransform(shard.TrimForCache)
 	return c
 }
-
-type clockNow struct{}
-
-func (clockNow) Now() time.Time                  { return time.Now() }
-func (clockNow) Since(t time.Time) time.Duration { return time.Since(t) }
 
 // PendingExpectations counts keys with outstanding expectations.
 func (c *Controller) PendingExpectations() float64 { return float64(c.expectations.Count()) }
@@ -205,6 +205,7 @@ func (c *Controller) Acquired(ctx context.Context, i int) error {
 		return fmt.Errorf("caches of range %d did not sync: %w", i, ctx.Err())
 	}
 	c.ranges[i].Store(rc)
+	c.releasing[i].Store(false)
 	for _, key := range rc.vmis.GetStore().ListKeys() {
 		c.queue.Add(item{i, key})
 	}
@@ -216,15 +217,15 @@ func (c *Controller) Acquired(ctx context.Context, i int) error {
 // (dropped when it may already be lost), expectations are forgotten, and
 // the caches stop.
 func (c *Controller) Releasing(ctx context.Context, i int, reason shard.Reason) {
-	rc := c.ranges[i].Swap(nil)
-	if reason == shard.ReasonExpiry {
-		c.batcher.DropRange(i)
-	} else {
+	// Workers stop reconciling the range first; the caches stay for the
+	// flush, which patches from them.
+	c.releasing[i].Store(true)
+	if reason != shard.ReasonExpiry {
 		c.batcher.FlushRange(ctx, i)
-		c.batcher.DropRange(i)
 	}
+	c.batcher.DropRange(i)
 	c.expectations.DropRange(i)
-	if rc != nil {
+	if rc := c.ranges[i].Swap(nil); rc != nil {
 		rc.stop()
 	}
 }

@@ -252,3 +252,32 @@ func TestKilledReplicaMidRunLosesNoVMI(t *testing.T) {
 	waitAllRunning(t, e, n, 10*time.Minute)
 	assertOneLauncherPodEach(t, e, n)
 }
+
+// TestGracefulStopMidRunHandsOff stops one of three replicas (SIGTERM)
+// while VMIs are being created: its ranges move with their pending status
+// flushed, and every VMI still runs with one launcher pod.
+func TestGracefulStopMidRunHandsOff(t *testing.T) {
+	const n = 300
+	e := newEnv(t, 0)
+	var procs []*replicas.Replica
+	for i := range 3 {
+		procs = append(procs, startProcess(t, e.ns, fmt.Sprintf("replica-%d", i)))
+	}
+	created := make(chan struct{})
+	go func() { createVMIs(t, e, n); close(created) }()
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := e.kv.VirtualMachineInstances(e.ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) >= n/3, nil
+	}); err != nil {
+		t.Fatal("VMIs were not created")
+	}
+	stopped := time.Now()
+	procs[0].Stop(30 * time.Second)
+	t.Logf("%s stopped gracefully in %s", procs[0].ID, time.Since(stopped).Round(time.Millisecond))
+	if !procs[0].Exited() {
+		t.Errorf("%s did not exit", procs[0].ID)
+	}
+	<-created
+	waitAllRunning(t, e, n, 5*time.Minute)
+	assertOneLauncherPodEach(t, e, n)
+}

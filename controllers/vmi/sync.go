@@ -36,7 +36,7 @@ const (
 
 // sync reconciles one VMI of a range this replica holds.
 func (c *Controller) sync(ctx context.Context, it item) error {
-	if !c.cfg.Fence.Holds(it.rng) {
+	if !c.cfg.Fence.Holds(it.rng) || c.releasing[it.rng].Load() {
 		return nil // not ours (any more): the next owner reconciles it
 	}
 	rc := c.ranges[it.rng].Load()
