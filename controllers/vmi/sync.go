@@ -170,7 +170,9 @@ func (c *Controller) followPod(it item, vmi *virtv1.VirtualMachineInstance, pod 
 			c.batcher.Enqueue(it.rng, it.key, c.cfg.UrgentStatusWait, toScheduled(pod, metav1.Now()))
 		}
 	default:
-		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) {
+		// Scheduling is already on its way if anything is pending for the
+		// VMI: a second lazy intent could only pull its write forward.
+		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) && !c.batcher.Pending(it.key) {
 			c.batcher.Enqueue(it.rng, it.key, c.lazyWait(), toScheduling(pod, pod.CreationTimestamp))
 		}
 		if cond := unschedulable(pod); cond != nil {

@@ -59,7 +59,7 @@ func NewOptions() *Options {
 		Address:       ":8080",
 		LazyStatus:    2 * time.Second,
 		BusyStatus:    time.Minute,
-		BusyDepth:     100,
+		BusyDepth:     20,
 		UrgentStatus:  5 * time.Millisecond,
 		LauncherImage: "quay.io/kubevirt/virt-launcher:v1.8.1",
 	}
