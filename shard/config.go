@@ -104,6 +104,11 @@ func (c *Config) Validate() error {
 	if c.Ranges.Count() == 0 {
 		errs = append(errs, errors.New("ranges are required"))
 	}
+	if c.LeaseDuration < time.Second || c.LeaseDuration%time.Second != 0 {
+		// Lease objects carry whole seconds: anything else would be truncated
+		// and let others take a lease its holder still acts on.
+		errs = append(errs, fmt.Errorf("lease duration %s must be a whole number of seconds", c.LeaseDuration))
+	}
 	if c.RenewDeadline >= c.LeaseDuration {
 		errs = append(errs, fmt.Errorf("renew deadline %s must be shorter than the lease duration %s", c.RenewDeadline, c.LeaseDuration))
 	}

@@ -28,7 +28,8 @@ const (
 // lease is released (for rebalance and release) or after it may already be
 // lost (expiry). It stops the range's workers, flushes or drops its pending
 // writes and forgets its expectations. It must return promptly: the lease is
-// renewed meanwhile, but only up to the renew deadline.
+// not renewed meanwhile, and its context ends at the renew deadline, after
+// which Holds is false and writes are fenced.
 //
 // Calls for one range never overlap; calls for different ranges may run
 // concurrently.

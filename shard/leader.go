@@ -137,6 +137,11 @@ func (m *Manager) publish(ctx context.Context) error {
 	if err == nil && slices.Equal(a.Owners, owners) {
 		return nil
 	}
+	// A damaged assignment must not restart the generations: members ignore
+	// generations older than the one they have seen.
+	if seen := m.assignment.Load(); seen != nil && seen.Generation > a.Generation {
+		a.Generation = seen.Generation
+	}
 	next := current.DeepCopy()
 	if err := encodeAssignment(Assignment{Generation: a.Generation + 1, Owners: owners}, next); err != nil {
 		return err

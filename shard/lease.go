@@ -68,6 +68,8 @@ func holder(l *coordinationv1.Lease) string {
 type observations struct {
 	mu   sync.Mutex
 	seen map[string]observed
+	// gone records when a lease was seen deleted.
+	gone map[string]time.Time
 }
 
 type observed struct {
@@ -75,13 +77,16 @@ type observed struct {
 	at              time.Time
 }
 
-func newObservations() *observations { return &observations{seen: map[string]observed{}} }
+func newObservations() *observations {
+	return &observations{seen: map[string]observed{}, gone: map[string]time.Time{}}
+}
 
 // observe records l as seen at now, and returns when its current version was
 // first seen.
 func (o *observations) observe(l *coordinationv1.Lease, now time.Time) time.Time {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	delete(o.gone, l.Name)
 	prev, ok := o.seen[l.Name]
 	if ok && prev.resourceVersion == l.ResourceVersion {
 		return prev.at
@@ -90,10 +95,20 @@ func (o *observations) observe(l *coordinationv1.Lease, now time.Time) time.Time
 	return now
 }
 
-func (o *observations) forget(name string) {
+// deleted records that the lease name was seen deleted at now.
+func (o *observations) deleted(name string, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.seen, name)
+	o.gone[name] = now
+}
+
+// deletedAt returns when the lease name was seen deleted, if it was.
+func (o *observations) deletedAt(name string) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at, ok := o.gone[name]
+	return at, ok
 }
 
 // expired reports whether l, unchanged since observedAt, has expired at now.

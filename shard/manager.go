@@ -179,7 +179,7 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	informerCtx, stopInformers := context.WithCancel(context.Background())
 	defer stopInformers()
-	if err := m.startInformers(informerCtx); err != nil {
+	if err := m.startInformers(informerCtx, ctx.Done()); err != nil {
 		return err
 	}
 	base := klog.NewContext(context.Background(), logger)
@@ -226,7 +226,9 @@ func (m *Manager) waitHandedOff(timeout time.Duration) {
 	}
 }
 
-func (m *Manager) startInformers(ctx context.Context) error {
+// startInformers starts the lease and assignment caches under ctx and waits
+// for them until they sync or abort is closed.
+func (m *Manager) startInformers(ctx context.Context, abort <-chan struct{}) error {
 	selector := labels.SelectorFromSet(labels.Set{LabelShard: m.cfg.Name}).String()
 	leases := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0,
 		informers.WithNamespace(m.cfg.Namespace),
@@ -255,8 +257,11 @@ func (m *Manager) startInformers(ctx context.Context) error {
 		AddFunc:    onLease,
 		UpdateFunc: func(_, obj any) { onLease(obj) },
 		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
 			if l, ok := obj.(*coordinationv1.Lease); ok {
-				m.obs.forget(l.Name)
+				m.obs.deleted(l.Name, m.cfg.Clock.Now())
 			}
 			m.poke()
 			m.pokeLeader()
@@ -278,12 +283,12 @@ func (m *Manager) startInformers(ctx context.Context) error {
 	}
 	leases.Start(ctx.Done())
 	cms.Start(ctx.Done())
-	for typ, ok := range leases.WaitForCacheSync(ctx.Done()) {
+	for typ, ok := range leases.WaitForCacheSync(abort) {
 		if !ok {
 			return fmt.Errorf("sync %v informer", typ)
 		}
 	}
-	for typ, ok := range cms.WaitForCacheSync(ctx.Done()) {
+	for typ, ok := range cms.WaitForCacheSync(abort) {
 		if !ok {
 			return fmt.Errorf("sync %v informer", typ)
 		}
@@ -391,9 +396,15 @@ func (m *Manager) tryAcquire(ctx context.Context, i int) (expiresAt time.Time) {
 	logger := klog.FromContext(ctx)
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	start := m.cfg.Clock.Now()
-	lease, err := m.leaseLister.Get(m.cfg.rangeLeaseName(i))
+	name := m.cfg.rangeLeaseName(i)
+	lease, err := m.leaseLister.Get(name)
 	switch {
 	case apierrors.IsNotFound(err):
+		// A lease deleted under its holder is not free at once: the holder
+		// may act until its deadline.
+		if gone, ok := m.obs.deletedAt(name); ok && start.Before(gone.Add(m.cfg.LeaseDuration)) {
+			return gone.Add(m.cfg.LeaseDuration)
+		}
 		lease, err = leases.Create(ctx, m.cfg.newRangeLease(i, start), metav1.CreateOptions{})
 	case err != nil:
 	case !m.obs.free(lease, start):
@@ -543,6 +554,9 @@ func (m *Manager) renew(ctx context.Context, h *holding) bool {
 	m.cfg.Metrics.renewFailed()
 	klog.FromContext(ctx).V(2).Info("Renewing range lease failed", "range", h.i, "err", err)
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		// Someone else wrote or deleted the lease: stop acting now, not at
+		// the deadline.
+		m.deadlines[h.i].Store(min(m.deadlines[h.i].Load(), m.cfg.Clock.Now().UnixNano()))
 		return false
 	}
 	return m.cfg.Clock.Now().Before(deadline)

@@ -132,7 +132,7 @@ func (b *Batcher[T]) FlushRange(ctx context.Context, rng int) {
 		if ctx.Err() != nil {
 			return
 		}
-		_ = b.flush(ctx, key)
+		_ = b.flush(ctx, key, true)
 	}
 }
 
@@ -157,7 +157,7 @@ func (b *Batcher[T]) next(ctx context.Context) bool {
 		return false
 	}
 	defer b.queue.Done(key)
-	if err := b.flush(ctx, key); err != nil {
+	if err := b.flush(ctx, key, false); err != nil {
 		klog.FromContext(ctx).V(2).Info("Status patch failed, will retry", "batcher", b.cfg.Name, "key", key, "err", err)
 		b.queue.AddRateLimited(key)
 		return true
@@ -166,14 +166,18 @@ func (b *Batcher[T]) next(ctx context.Context) bool {
 	return true
 }
 
-// flush writes key's pending intents, if any, as one patch. On failure
-// the intents go back to the front of the batch.
-func (b *Batcher[T]) flush(ctx context.Context, key string) error {
+// flush writes key's pending intents, if any, as one patch; unless force,
+// only once they are due. On failure the intents go back to the front of
+// the batch.
+func (b *Batcher[T]) flush(ctx context.Context, key string, force bool) error {
 	b.mu.Lock()
 	p := b.pending[key]
-	if p != nil && time.Now().Before(p.due) {
+	if now := time.Now(); p != nil && !force && now.Before(p.due) {
 		b.mu.Unlock()
-		return nil // a later, coalesced flush is scheduled
+		// Not due yet. The queue keeps one wake-up per key, the earliest,
+		// which may have been this early one: make sure the due one stays.
+		b.queue.AddAfter(key, p.due.Sub(now))
+		return nil
 	}
 	delete(b.pending, key)
 	b.mu.Unlock()
@@ -214,6 +218,12 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 		if apierrors.IsConflict(err) {
 			b.cfg.Metrics.conflict(b.cfg.Name)
 		}
+		if permanent(err) {
+			// The server will refuse this patch however often it is sent:
+			// drop it, and let the next reconcile send a fresh intent.
+			klog.FromContext(ctx).Error(err, "Dropping a status patch the server refuses", "batcher", b.cfg.Name, "key", key)
+			return nil
+		}
 		if !apierrors.IsConflict(err) || attempt >= 3 {
 			b.requeue(key, p)
 			return err
@@ -224,12 +234,18 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 	}
 }
 
-// requeue puts p's intents back, ahead of any that arrived meanwhile.
+func permanent(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)
+}
+
+// requeue puts p's intents back, ahead of any that arrived meanwhile, due
+// at once: the caller retries the key with backoff.
 func (b *Batcher[T]) requeue(key string, p *batch[T]) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if cur := b.pending[key]; cur != nil {
 		cur.mutations = append(p.mutations, cur.mutations...)
+		cur.due = time.Time{}
 		return
 	}
 	p.due = time.Time{}

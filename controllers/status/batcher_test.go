@@ -3,8 +3,10 @@ package status
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,5 +181,37 @@ func TestAnIntentThatNoLongerAppliesWritesNothing(t *testing.T) {
 	waitPatches(t, s, 1)
 	if n := s.patchCount(); n != 1 {
 		t.Errorf("%d patches, want only the sentinel's", n)
+	}
+}
+
+func TestFlushRangeWritesIntentsNotYetDue(t *testing.T) {
+	s := newServer()
+	b := New(s.config(holdAll))
+	b.Enqueue(2, "ns/v", time.Hour, setPhase(virtv1.Scheduling))
+	b.FlushRange(context.Background(), 2)
+	if n := s.patchCount(); n != 1 || s.vmi.Status.Phase != virtv1.Scheduling {
+		t.Errorf("%d patches and phase %s after FlushRange, want the lazy intent written", n, s.vmi.Status.Phase)
+	}
+}
+
+func TestARefusedPatchIsDroppedNotRetried(t *testing.T) {
+	s := newServer()
+	cfg := s.config(holdAll)
+	var calls atomic.Int32
+	cfg.Patch = func(context.Context, string, string, []byte) (*virtv1.VirtualMachineInstance, error) {
+		calls.Add(1)
+		return nil, apierrors.NewForbidden(schema.GroupResource{Resource: "virtualmachineinstances"}, "v", errors.New("finalizers cannot be added while deleting"))
+	}
+	b := New(cfg)
+	run(t, b)
+	b.Enqueue(0, "ns/v", time.Millisecond, setPhase(virtv1.Scheduled))
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return calls.Load() >= 1 && !b.Pending("ns/v"), nil
+	}); err != nil {
+		t.Fatal("the refused patch was never tried")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := calls.Load(); n != 1 {
+		t.Errorf("a refused patch was sent %d times, want once", n)
 	}
 }

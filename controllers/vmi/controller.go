@@ -80,6 +80,8 @@ type Controller struct {
 	// releasing[i] is set while it hands range i off.
 	ranges    []atomic.Pointer[rangeCaches]
 	releasing []atomic.Bool
+	// inflight[i] counts syncs of range i under way.
+	inflight []atomic.Int32
 
 	pvcs       cache.SharedIndexInformer
 	migrations cache.SharedIndexInformer
@@ -113,6 +115,7 @@ func New(cfg Config) *Controller {
 		expectations: expectations.New(cfg.Ranges.Count(), clock.RealClock{}),
 		ranges:       make([]atomic.Pointer[rangeCaches], cfg.Ranges.Count()),
 		releasing:    make([]atomic.Bool, cfg.Ranges.Count()),
+		inflight:     make([]atomic.Int32, cfg.Ranges.Count()),
 	}
 	c.batcher = status.New(status.Config[*virtv1.VirtualMachineInstance]{
 		Name:    "vmi",
@@ -171,6 +174,21 @@ func (c *Controller) Run(ctx context.Context, workers int, synced chan<- struct{
 	if _, err := c.pvcs.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvcAdded}); err != nil {
 		return err
 	}
+	migrationChanged := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if m, ok := obj.(*virtv1.VirtualMachineInstanceMigration); ok {
+			c.enqueueKey(m.Namespace + "/" + m.Spec.VMIName)
+		}
+	}
+	if _, err := c.migrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    migrationChanged,
+		UpdateFunc: func(_, obj any) { migrationChanged(obj) },
+		DeleteFunc: migrationChanged,
+	}); err != nil {
+		return err
+	}
 	go c.pvcs.RunWithContext(ctx)
 	go c.migrations.RunWithContext(ctx)
 	if !cache.WaitForNamedCacheSync("vmi-cluster", ctx.Done(), c.pvcs.HasSynced, c.migrations.HasSynced) {
@@ -220,6 +238,11 @@ func (c *Controller) Releasing(ctx context.Context, i int, reason shard.Reason) 
 	// Workers stop reconciling the range first; the caches stay for the
 	// flush, which patches from them.
 	c.releasing[i].Store(true)
+	// A sync already past its checks may still create a pod or send an
+	// intent: let it finish before flushing and forgetting.
+	for c.inflight[i].Load() > 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
 	if reason != shard.ReasonExpiry {
 		c.batcher.FlushRange(ctx, i)
 	}
@@ -382,6 +405,18 @@ func (c *Controller) enqueue(rng int, obj any) {
 		return
 	}
 	c.queue.Add(item{rng, key})
+}
+
+// enqueueKey queues the VMI key if a range this replica acts on has it.
+func (c *Controller) enqueueKey(key string) {
+	for i := range c.ranges {
+		if rc := c.ranges[i].Load(); rc != nil {
+			if _, exists, _ := rc.vmis.GetStore().GetByKey(key); exists {
+				c.queue.Add(item{i, key})
+				return
+			}
+		}
+	}
 }
 
 // pvcAdded wakes the VMIs waiting for the claim.

@@ -14,14 +14,15 @@ import (
 // The status intents of the controller. Each is written against whatever
 // version of the VMI the batcher patches (its informer copy, or a fresh
 // read after a conflict) and returns false when it no longer applies, so a
-// late intent can never move a VMI backwards.
+// late intent can never move a VMI backwards, nor add a finalizer to a VMI
+// being deleted (the API server refuses that).
 
 type mutation = status.Mutation[*virtv1.VirtualMachineInstance]
 
 // toScheduling: the launcher pod exists (created at at).
 func toScheduling(pod *corev1.Pod, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
-		if rank(v.Status.Phase) >= rank(virtv1.Scheduling) {
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduling) {
 			return false
 		}
 		ensureFinalizer(v)
@@ -38,7 +39,7 @@ func toScheduling(pod *corev1.Pod, at metav1.Time) mutation {
 // to the node agent.
 func toScheduled(pod *corev1.Pod, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
-		if rank(v.Status.Phase) >= rank(virtv1.Scheduled) {
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) {
 			return false
 		}
 		ensureFinalizer(v)
@@ -70,7 +71,7 @@ func toScheduled(pod *corev1.Pod, at metav1.Time) mutation {
 // copyPodScheduled: the scheduler cannot place the launcher pod.
 func copyPodScheduled(cond corev1.PodCondition) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
-		if rank(v.Status.Phase) >= rank(virtv1.Scheduled) {
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) {
 			return false
 		}
 		return setCondition(v, virtv1.VirtualMachineInstanceCondition{
@@ -86,7 +87,7 @@ func copyPodScheduled(cond corev1.PodCondition) mutation {
 // notSynchronized: the VMI cannot proceed (bad spec, missing storage).
 func notSynchronized(reason, message string, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
-		if rank(v.Status.Phase) > rank(virtv1.Pending) {
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) > rank(virtv1.Pending) {
 			return false
 		}
 		changed := false

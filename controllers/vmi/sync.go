@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/template"
 )
 
@@ -36,6 +38,10 @@ const (
 
 // sync reconciles one VMI of a range this replica holds.
 func (c *Controller) sync(ctx context.Context, it item) error {
+	// Counted in flight before the checks, so that Releasing, which sets
+	// releasing first, can wait for every sync that got past them.
+	c.inflight[it.rng].Add(1)
+	defer c.inflight[it.rng].Add(-1)
 	if !c.cfg.Fence.Holds(it.rng) || c.releasing[it.rng].Load() {
 		return nil // not ours (any more): the next owner reconciles it
 	}
@@ -61,6 +67,11 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		pods = append(pods, p.(*corev1.Pod))
 	}
 	satisfied := c.expectations.Satisfied(it.rng, it.key)
+	if !satisfied {
+		// The informer event that meets the expectation requeues the VMI;
+		// should it never come, look again once the expectation expires.
+		c.queue.AddAfter(it, expectations.Timeout+time.Second)
+	}
 
 	if vmi.DeletionTimestamp != nil {
 		return c.syncDeletion(ctx, it, vmi, pods, satisfied)
@@ -71,8 +82,10 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		if pod != nil {
 			return c.followPod(it, vmi, pod)
 		}
-		if !satisfied {
-			return nil // our create is on its way to the cache
+		if !satisfied || c.batcher.Pending(it.key) {
+			// Our create is on its way to the cache, or the VMI has moved on
+			// in a status write not yet sent: never a second pod.
+			return nil
 		}
 		return c.createPod(ctx, it, vmi)
 	case virtv1.Scheduling, virtv1.Scheduled, virtv1.Running:
@@ -118,7 +131,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 		}
 	}
 	if c.activeMigration(vmi) {
-		return nil // the migration's end requeues nothing here: VMIs in Pending rarely migrate
+		return nil // the migration informer requeues the VMI when it ends
 	}
 	pod, err := template.Render(vmi, it.rng, c.cfg.Options)
 	if err != nil {
@@ -200,7 +213,12 @@ func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.Virt
 		err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &pod.UID},
 		})
-		if err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) {
+			// Already gone: its delete event may have come and gone too.
+			c.expectations.DeletionObserved(it.rng, it.key, pod.UID)
+			continue
+		}
+		if err != nil {
 			c.expectations.DeletionObserved(it.rng, it.key, pod.UID)
 			return fmt.Errorf("delete launcher pod %s: %w", pod.Name, err)
 		}
