@@ -8,12 +8,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
@@ -47,6 +51,8 @@ type Config struct {
 	Kube     kubernetes.Interface
 	KubeVirt *kubevirt.Clientset
 	Metadata metadata.Interface
+	// Dynamic reads CDI DataVolumes, when the cluster has them.
+	Dynamic dynamic.Interface
 	// Fence reports whether this replica may act on a range now.
 	Fence interface{ Holds(int) bool }
 	// Namespace restricts the controller to one namespace; "" watches all.
@@ -85,7 +91,12 @@ type Controller struct {
 
 	pvcs       cache.SharedIndexInformer
 	migrations cache.SharedIndexInformer
+	// dataVolumes is nil when the cluster has no CDI DataVolume CRD.
+	dataVolumes cache.SharedIndexInformer
 }
+
+// dataVolumeGVR is CDI's DataVolume; only its phase is read.
+var dataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
 
 // item is a queued VMI: its range and namespace/name.
 type item struct {
@@ -164,7 +175,7 @@ func (c *Controller) PendingExpectations() float64 { return float64(c.expectatio
 
 // Run starts the cluster-wide caches, the status batcher and workers, and
 // blocks until ctx is done. Ranges come and go through Acquired/Releasing.
-func (c *Controller) Run(ctx context.Context, workers int, synced chan<- struct{}) error {
+func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}) error {
 	logger := klog.FromContext(ctx)
 	c.broadcaster.StartStructuredLogging(4)
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
@@ -191,10 +202,16 @@ func (c *Controller) Run(ctx context.Context, workers int, synced chan<- struct{
 	}
 	go c.pvcs.RunWithContext(ctx)
 	go c.migrations.RunWithContext(ctx)
-	if !cache.WaitForNamedCacheSync("vmi-cluster", ctx.Done(), c.pvcs.HasSynced, c.migrations.HasSynced) {
+	synced := []cache.InformerSynced{c.pvcs.HasSynced, c.migrations.HasSynced}
+	if dv, err := c.startDataVolumes(ctx); err != nil {
+		return err
+	} else if dv != nil {
+		synced = append(synced, dv.HasSynced)
+	}
+	if !cache.WaitForNamedCacheSync("vmi-cluster", ctx.Done(), synced...) {
 		return fmt.Errorf("cluster-wide caches did not sync: %w", ctx.Err())
 	}
-	close(synced)
+	close(ready)
 
 	var wg sync.WaitGroup
 	wg.Go(func() { c.batcher.Run(ctx) })
@@ -407,6 +424,73 @@ func (c *Controller) enqueue(rng int, obj any) {
 	c.queue.Add(item{rng, key})
 }
 
+// startDataVolumes starts a cluster-wide cache of DataVolume phases if the
+// cluster serves CDI's DataVolumes; without CDI it returns nil and
+// DataVolume volumes are judged by their PVC alone.
+func (c *Controller) startDataVolumes(ctx context.Context) (cache.SharedIndexInformer, error) {
+	resources, err := c.cfg.Kube.Discovery().ServerResourcesForGroupVersion(dataVolumeGVR.GroupVersion().String())
+	if err != nil || c.cfg.Dynamic == nil {
+		return nil, nil // no CDI: nothing to watch
+	}
+	served := false
+	for _, r := range resources.APIResources {
+		served = served || r.Name == dataVolumeGVR.Resource
+	}
+	if !served {
+		return nil, nil
+	}
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.cfg.Dynamic, 0, c.cfg.Namespace, nil)
+	informer := factory.ForResource(dataVolumeGVR).Informer()
+	if err := informer.SetTransform(keepDataVolumePhase); err != nil {
+		return nil, err
+	}
+	changed := func(obj any) {
+		if m, err := meta.Accessor(obj); err == nil {
+			c.claimChanged(m.GetNamespace() + "/" + m.GetName())
+		}
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    changed,
+		UpdateFunc: func(_, obj any) { changed(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	c.dataVolumes = informer
+	go informer.RunWithContext(ctx)
+	return informer, nil
+}
+
+// keepDataVolumePhase keeps a DataVolume's name, namespace and phase only.
+func keepDataVolumePhase(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	trimmed := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
+		"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace(),
+			"uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()},
+		"status": map[string]any{"phase": phase},
+	}}
+	return trimmed, nil
+}
+
+// dataVolumeReady reports whether the DataVolume namespace/name lets its
+// VMI start: CDI has populated it, or it waits for its first consumer (the
+// launcher pod). known is false when the cluster has no CDI.
+func (c *Controller) dataVolumeReady(key string) (ready, known bool) {
+	if c.dataVolumes == nil {
+		return false, false
+	}
+	obj, exists, _ := c.dataVolumes.GetStore().GetByKey(key)
+	if !exists {
+		return false, true
+	}
+	phase, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "status", "phase")
+	return phase == "Succeeded" || phase == "WaitForFirstConsumer" || phase == "PendingPopulation", true
+}
+
 // enqueueKey queues the VMI key if a range this replica acts on has it.
 func (c *Controller) enqueueKey(key string) {
 	for i := range c.ranges {
@@ -421,11 +505,13 @@ func (c *Controller) enqueueKey(key string) {
 
 // pvcAdded wakes the VMIs waiting for the claim.
 func (c *Controller) pvcAdded(obj any) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		c.claimChanged(m.Namespace + "/" + m.Name)
 	}
-	claim := m.Namespace + "/" + m.Name
+}
+
+// claimChanged wakes the VMIs that use the claim (or DataVolume) claim.
+func (c *Controller) claimChanged(claim string) {
 	for i := range c.ranges {
 		rc := c.ranges[i].Load()
 		if rc == nil {

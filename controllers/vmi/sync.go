@@ -25,15 +25,15 @@ func notFound(key string) error {
 
 // Condition reasons and event reasons, KubeVirt's where it has them.
 const (
-	ReasonSuccessfulCreate  = "SuccessfulCreate"
-	ReasonFailedCreate      = "FailedCreate"
-	ReasonSuccessfulDelete  = "SuccessfulDelete"
-	ReasonFailedPVCNotFound = "FailedPvcNotFound"
-	ReasonInvalidNetwork    = "InvalidNetworkSpec"
-	ReasonInvalidSpec       = "InvalidSpec"
-	ReasonPodGone           = "PodNotExists"
-	ReasonPodFailed         = "PodFailed"
-	ReasonMigrationActive   = "MigrationInProgress"
+	ReasonSuccessfulCreate   = "SuccessfulCreate"
+	ReasonFailedCreate       = "FailedCreate"
+	ReasonSuccessfulDelete   = "SuccessfulDelete"
+	ReasonFailedPVCNotFound  = "FailedPvcNotFound"
+	ReasonDataVolumeNotReady = "DataVolumeNotReady"
+	ReasonInvalidNetwork     = "InvalidNetworkSpec"
+	ReasonInvalidSpec        = "InvalidSpec"
+	ReasonPodGone            = "PodNotExists"
+	ReasonPodFailed          = "PodFailed"
 )
 
 // sync reconciles one VMI of a range this replica holds.
@@ -121,6 +121,14 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 		// (the update requeues it); no retry loop.
 		c.blocked(it, cached, corev1.EventTypeWarning, ReasonInvalidNetwork, err.Error())
 		return nil
+	}
+	for _, dv := range template.DataVolumeNames(vmi) {
+		if ready, known := c.dataVolumeReady(vmi.Namespace + "/" + dv); known && !ready {
+			// The DataVolume informer requeues this VMI when it changes.
+			c.blocked(it, cached, corev1.EventTypeNormal, ReasonDataVolumeNotReady,
+				fmt.Sprintf("DataVolume %s/%s is not ready, waiting for it", vmi.Namespace, dv))
+			return nil
+		}
 	}
 	for _, claim := range template.ClaimNames(vmi) {
 		if _, exists, _ := c.pvcs.GetStore().GetByKey(vmi.Namespace + "/" + claim); !exists {

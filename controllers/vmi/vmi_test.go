@@ -360,3 +360,34 @@ func condition(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstance
 	}
 	return nil
 }
+
+// Without CDI in the cluster, a DataVolume volume is judged by the PVC CDI
+// would have made (same name): the missing CRD breaks nothing. It also shows
+// an unschedulable launcher pod's PodScheduled=False copied to the VMI.
+func TestDataVolumeWithoutCDIIsJudgedByItsPVC(t *testing.T) {
+	e := newEnv(t, 1)
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "root-dv"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := e.kube.CoreV1().PersistentVolumeClaims(e.ns).Create(context.Background(), pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vmi := newVMI("from-dv")
+	vmi.Spec.Domain.Devices.Disks = []virtv1.Disk{{Name: "root", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}}}
+	vmi.Spec.Volumes = []virtv1.Volume{{Name: "root", VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: "root-dv"}}}}
+	created := e.create(vmi)
+	// The claim has no volume behind it on this cluster, so the scheduler
+	// keeps the pod Pending: the VMI is Scheduling, and says why.
+	e.waitVMI("from-dv", time.Minute, "Scheduling with PodScheduled=False", func(v *virtv1.VirtualMachineInstance) bool {
+		c := condition(v, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled))
+		return v.Status.Phase == virtv1.Scheduling && c != nil && c.Status == corev1.ConditionFalse
+	})
+	pods := e.launcherPods(created)
+	if len(pods) != 1 || len(pods[0].Spec.Volumes) != 1 || pods[0].Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "root-dv" {
+		t.Errorf("launcher pods %d; want one mounting claim root-dv", len(pods))
+	}
+}

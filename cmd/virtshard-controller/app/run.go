@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -55,6 +56,10 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	key, _ := shard.ParseKey(o.ShardKey)
 	ranges, err := shard.NewRanges(o.RangeCount, key)
 	if err != nil {
@@ -68,7 +73,7 @@ func (o *Options) Run(ctx context.Context) error {
 	tmpl.RangeLabel = shard.LabelRange
 	var controller *vmi.Controller
 	controller = vmi.New(vmi.Config{
-		Kube: kube, KubeVirt: kv, Metadata: meta,
+		Kube: kube, KubeVirt: kv, Metadata: meta, Dynamic: dyn,
 		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
 		Namespace:        o.Watch,
 		Ranges:           ranges,
