@@ -50,6 +50,10 @@ controller: ## Build bin/virtshard-controller.
 bench-ceiling: tools ## Measure the cluster's own limits: bare pods and kwok's VMI stage (see BENCHMARKS.md).
 	$(GO) run ./cmd/virtshard-bench --scenario pod-ceiling,vmi-stage-ceiling $(BENCH_ARGS)
 
+.PHONY: bench-throughput
+bench-throughput: tools controller ## VMIs as fast as possible through replica processes (BENCH_ARGS="--vmis 2000 --replicas 3").
+	$(GO) run ./cmd/virtshard-bench --scenario throughput --controller $(BIN)/virtshard-controller $(BENCH_ARGS)
+
 ##@ Local cluster
 
 .PHONY: cluster-up

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -23,9 +24,11 @@ const (
 	ScenarioPodCeiling = "pod-ceiling"
 	// ScenarioVMIStageCeiling: handed-off VMIs to Running, through kwok's VMI stage.
 	ScenarioVMIStageCeiling = "vmi-stage-ceiling"
+	// ScenarioThroughput: VMIs as fast as possible through replica processes.
+	ScenarioThroughput = "throughput"
 )
 
-var scenarios = []string{ScenarioPodCeiling, ScenarioVMIStageCeiling}
+var scenarios = []string{ScenarioPodCeiling, ScenarioVMIStageCeiling, ScenarioThroughput}
 
 // Options of one bench invocation.
 type Options struct {
@@ -36,6 +39,14 @@ type Options struct {
 	Runs        int
 	Output      string
 	Timeout     time.Duration
+
+	// Throughput scenario.
+	Controller string
+	Replicas   int
+	VMIs       int
+	Creators   int
+	Rate       float64
+	Ranges     int
 }
 
 // NewOptions returns the defaults.
@@ -48,6 +59,11 @@ func NewOptions() *Options {
 		Runs:        3,
 		Output:      "text",
 		Timeout:     10 * time.Minute,
+		Controller:  "bin/virtshard-controller",
+		Replicas:    3,
+		VMIs:        2000,
+		Creators:    16,
+		Ranges:      64,
 	}
 }
 
@@ -63,6 +79,11 @@ func (o *Options) Parse(args []string) error {
 	flags.IntVar(&o.Runs, "runs", o.Runs, "runs per series; the report gives the median run")
 	flags.StringVar(&o.Output, "output", o.Output, "report format: text, json or markdown")
 	flags.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on each run")
+	flags.StringVar(&o.Controller, "controller", o.Controller, "virtshard-controller binary (throughput)")
+	flags.IntVar(&o.Replicas, "replicas", o.Replicas, "controller replicas (throughput)")
+	flags.IntVar(&o.VMIs, "vmis", o.VMIs, "VMIs to create (throughput)")
+	flags.IntVar(&o.Creators, "creators", o.Creators, "concurrent VMI creators (throughput)")
+	flags.Float64Var(&o.Rate, "rate", o.Rate, "VMIs created per second, 0 is as fast as possible (throughput)")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -78,7 +99,12 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("unknown scenario %q: want %s", sc, strings.Join(scenarios, ", "))
 		}
 	}
+	if slices.Contains(o.Scenarios, ScenarioThroughput) && len(o.Scenarios) > 1 {
+		return fmt.Errorf("run %s on its own", ScenarioThroughput)
+	}
 	switch {
+	case o.Replicas <= 0 || o.VMIs <= 0 || o.Creators <= 0 || o.Rate < 0:
+		return fmt.Errorf("--replicas, --vmis and --creators must be positive, --rate not negative")
 	case !slices.Contains([]string{"text", "json", "markdown"}, o.Output):
 		return fmt.Errorf("unknown output %q: want text, json or markdown", o.Output)
 	case o.Count <= 0 || o.Runs <= 0 || o.Nodes <= 0 || len(o.Concurrency) == 0:
@@ -120,6 +146,17 @@ func (o *Options) Run(ctx context.Context, out io.Writer) error {
 	kv, err := kubevirt.NewForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	if o.Scenarios[0] == ScenarioThroughput {
+		var progress io.Writer = os.Stderr
+		if o.Output == "json" {
+			progress = nil
+		}
+		res, err := o.runThroughput(ctx, copts, client, kv, progress)
+		if err != nil {
+			return err
+		}
+		return o.writeThroughput(out, res)
 	}
 	var report []Series
 	for _, concurrency := range o.Concurrency {
@@ -178,6 +215,21 @@ func (o *Options) write(out io.Writer, report []Series) error {
 			fmt.Fprintf(out, "%s count=%d creators=%d: %.0f/s create→Running (%s total), create %.0f/s, latency p50 %s p95 %s p99 %s; runs %s\n",
 				s.Scenario, m.Count, m.Concurrency, m.PerSecond, round(m.Duration), m.CreatePerSecond, round(m.P50), round(m.P95), round(m.P99), rates(s.Runs))
 		}
+	}
+	return nil
+}
+
+func (o *Options) writeThroughput(out io.Writer, r *ThroughputResult) error {
+	if o.Output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(out, "throughput: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s; %d stuck, %d duplicate launcher pods\n",
+		r.VMIs, r.Replicas, r.Running, r.DurationSeconds, r.VMIsPerSecond, r.Stuck, r.DuplicateLauncherPods)
+	fmt.Fprintf(out, "writes per VMI: %.2f %v; events per VMI: %.2f\n", r.WritesPerVMI.Total, r.WritesPerVMI.ByVerbResource, r.EventsPerVMI)
+	for _, s := range r.ReplicaStats {
+		fmt.Fprintf(out, "  %s: %d ranges, peak RSS %.0f MiB, CPU %.1f s\n", s.Name, s.OwnedRanges, float64(s.PeakRSSBytes)/(1<<20), s.CPUSeconds)
 	}
 	return nil
 }

@@ -22,6 +22,9 @@ func TestParse(t *testing.T) {
 		{"a zero concurrency is refused", []string{"--concurrency", "0"}, true, nil},
 		{"a non-number concurrency is refused", []string{"--concurrency", "a,b"}, true, nil},
 		{"zero objects are refused", []string{"--count", "0"}, true, nil},
+		{"throughput runs on its own", []string{"--scenario", "throughput,pod-ceiling"}, true, nil},
+		{"throughput takes its flags", []string{"--scenario", "throughput", "--vmis", "50", "--replicas", "2"}, false,
+			func(o *Options) bool { return o.VMIs == 50 && o.Replicas == 2 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

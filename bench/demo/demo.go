@@ -17,14 +17,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/replicas"
+	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -127,52 +126,9 @@ func (o *Options) Run(ctx context.Context, out io.Writer) error {
 }
 
 func (o *Options) createVMIs(ctx context.Context, kv *kubevirt.Clientset, created *atomic.Int64, out io.Writer) {
-	var tick <-chan time.Time
-	if o.Rate > 0 {
-		ticker := time.NewTicker(time.Duration(float64(time.Second) / o.Rate))
-		defer ticker.Stop()
-		tick = ticker.C
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				if tick != nil {
-					select {
-					case <-tick:
-					case <-ctx.Done():
-						return
-					}
-				}
-				i := next.Add(1) - 1
-				if i >= int64(o.VMIs) {
-					return
-				}
-				_, err := kv.VirtualMachineInstances(o.Namespace).Create(ctx, DemoVMI(fmt.Sprintf("demo-%05d", i)), metav1.CreateOptions{})
-				if err != nil {
-					if ctx.Err() == nil {
-						fmt.Fprintf(out, "create VMI: %v\n", err)
-					}
-					return
-				}
-				created.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// DemoVMI is a small VMI that kwok's nodes run.
-func DemoVMI(name string) *virtv1.VirtualMachineInstance {
-	return &virtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "virtshard-demo"}},
-		Spec: virtv1.VirtualMachineInstanceSpec{
-			Tolerations: []corev1.Toleration{{Key: cluster.KwokNodeTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-			}},
-		},
+	opts := workload.Options{Namespace: o.Namespace, Count: o.VMIs, Concurrency: 8, Rate: o.Rate, Prefix: "demo"}
+	if err := workload.Create(ctx, kv, opts, created); err != nil && ctx.Err() == nil {
+		fmt.Fprintln(out, err)
 	}
 }
 

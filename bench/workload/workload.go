@@ -1,0 +1,90 @@
+// Package workload makes the VMIs that the demo and the bench drive: small
+// VMIs that kwok's nodes run, created by concurrent creators, optionally at
+// a fixed rate.
+package workload
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+)
+
+// VMI is a small VMI that kwok's nodes run: it tolerates their taint.
+func VMI(name string) *virtv1.VirtualMachineInstance {
+	return &virtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "virtshard-workload"}},
+		Spec: virtv1.VirtualMachineInstanceSpec{
+			Tolerations: []corev1.Toleration{{Key: cluster.KwokNodeTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			}},
+		},
+	}
+}
+
+// Options of a creation run.
+type Options struct {
+	Namespace   string
+	Count       int
+	Concurrency int
+	// Rate is VMIs per second; 0 creates as fast as the creators can.
+	Rate float64
+	// Prefix names the VMIs Prefix-00000 and up.
+	Prefix string
+}
+
+// Create creates opts.Count VMIs and counts them in created; it returns the
+// first error, after which the creators stop.
+func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *atomic.Int64) error {
+	var tick <-chan time.Time
+	if opts.Rate > 0 {
+		ticker := time.NewTicker(time.Duration(float64(time.Second) / opts.Rate))
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	var firstErr atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range max(opts.Concurrency, 1) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if tick != nil {
+					select {
+					case <-tick:
+					case <-ctx.Done():
+						return
+					}
+				}
+				i := next.Add(1) - 1
+				if i >= int64(opts.Count) {
+					return
+				}
+				name := fmt.Sprintf("%s-%05d", opts.Prefix, i)
+				if _, err := kv.VirtualMachineInstances(opts.Namespace).Create(ctx, VMI(name), metav1.CreateOptions{}); err != nil {
+					err = fmt.Errorf("create VMI %s: %w", name, err)
+					firstErr.CompareAndSwap(nil, &err)
+					cancel()
+					return
+				}
+				created.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if errp := firstErr.Load(); errp != nil {
+		return *errp
+	}
+	return ctx.Err()
+}
