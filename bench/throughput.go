@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/bench/ceiling"
 	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/bench/workload"
@@ -64,7 +65,13 @@ func (o *Options) runThroughput(ctx context.Context, copts cluster.Options, kube
 		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 			return nil, fmt.Errorf("create namespace %s: %w", name, err)
 		}
-		defer func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) }()
+		// Wait for the cleanup, so that the next run does not pay for it.
+		defer func() {
+			_ = kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+			cleanup, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			_ = ceiling.WaitGone(cleanup, kube, name)
+		}()
 	}
 	binary, err := filepath.Abs(o.Controller)
 	if err != nil {
