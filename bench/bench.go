@@ -227,7 +227,10 @@ func (o *Options) writeThroughput(out io.Writer, r *ThroughputResult) error {
 	}
 	fmt.Fprintf(out, "throughput: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s; %d stuck, %d duplicate launcher pods\n",
 		r.VMIs, r.Replicas, r.Running, r.DurationSeconds, r.VMIsPerSecond, r.Stuck, r.DuplicateLauncherPods)
-	fmt.Fprintf(out, "writes per VMI: %.2f %v; events per VMI: %.2f\n", r.WritesPerVMI.Total, r.WritesPerVMI.ByVerbResource, r.EventsPerVMI)
+	fmt.Fprintf(out, "writes per VMI: %.2f %v; events per VMI: %.2f; all clients' writes per VMI: %.2f\n",
+		r.WritesPerVMI.Total, r.WritesPerVMI.ByVerbResource, r.EventsPerVMI, r.AllClientWritesPerVMI)
+	fmt.Fprintf(out, "bare-pod ceiling in the same run: %.1f pods/s; ceilingRatio (API writes/s, VMI run over ceiling run): %.2f\n",
+		r.CeilingPodsPerSecond, r.CeilingRatio)
 	for _, s := range r.ReplicaStats {
 		fmt.Fprintf(out, "  %s: %d ranges, peak RSS %.0f MiB, CPU %.1f s\n", s.Name, s.OwnedRanges, float64(s.PeakRSSBytes)/(1<<20), s.CPUSeconds)
 	}

@@ -29,14 +29,21 @@ import (
 // ThroughputResult is the report of the throughput scenario: N VMIs as fast
 // as possible through R replica processes.
 type ThroughputResult struct {
-	Scenario              string         `json:"scenario"`
-	VMIs                  int            `json:"vmis"`
-	Replicas              int            `json:"replicas"`
-	Running               int            `json:"running"`
-	DuplicateLauncherPods int            `json:"duplicateLauncherPods"`
-	Stuck                 int            `json:"stuck"`
-	DurationSeconds       float64        `json:"durationSeconds"`
-	VMIsPerSecond         float64        `json:"vmisPerSecond"`
+	Scenario              string  `json:"scenario"`
+	VMIs                  int     `json:"vmis"`
+	Replicas              int     `json:"replicas"`
+	Running               int     `json:"running"`
+	DuplicateLauncherPods int     `json:"duplicateLauncherPods"`
+	Stuck                 int     `json:"stuck"`
+	DurationSeconds       float64 `json:"durationSeconds"`
+	VMIsPerSecond         float64 `json:"vmisPerSecond"`
+	// CeilingPodsPerSecond is the bare-pod ceiling measured in the same
+	// invocation, just before; CeilingRatio is the API server's mutating
+	// requests per second during the VMI run over the same during the
+	// ceiling run, both from its apiserver_request_total.
+	CeilingPodsPerSecond  float64        `json:"ceilingPodsPerSecond"`
+	CeilingRatio          float64        `json:"ceilingRatio"`
+	AllClientWritesPerVMI float64        `json:"allClientWritesPerVMI"`
 	WritesPerVMI          WritesPerVMI   `json:"writesPerVMI"`
 	EventsPerVMI          float64        `json:"eventsPerVMI"`
 	ReplicaStats          []ReplicaStats `json:"replicaStats"`
@@ -99,6 +106,14 @@ func (o *Options) runThroughput(ctx context.Context, copts cluster.Options, kube
 		return nil, fmt.Errorf("replicas did not take all %d ranges: %w", o.Ranges, err)
 	}
 
+	ceilingWPS, ceilingPods, err := o.measureCeiling(ctx, kube, suffix)
+	if err != nil {
+		return nil, err
+	}
+	writesBefore, err := serverWrites(ctx, kube)
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's request counters: %w", err)
+	}
 	start := time.Now()
 	var created atomic.Int64
 	createErr := make(chan error, 1)
@@ -132,10 +147,18 @@ func (o *Options) runThroughput(ctx context.Context, copts cluster.Options, kube
 	if err != nil && runningCount == 0 {
 		return nil, err
 	}
+	writesAfter, err := serverWrites(ctx, kube)
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's request counters: %w", err)
+	}
+	vmiWPS := (writesAfter - writesBefore) / duration.Seconds()
 
 	res := &ThroughputResult{Scenario: ScenarioThroughput, VMIs: o.VMIs, Replicas: o.Replicas, Running: runningCount,
 		Stuck: o.VMIs - runningCount, DurationSeconds: duration.Seconds(), VMIsPerSecond: float64(runningCount) / duration.Seconds(),
-		WritesPerVMI: WritesPerVMI{ByVerbResource: map[string]float64{}}}
+		WritesPerVMI:          WritesPerVMI{ByVerbResource: map[string]float64{}},
+		CeilingPodsPerSecond:  ceilingPods,
+		CeilingRatio:          vmiWPS / ceilingWPS,
+		AllClientWritesPerVMI: (writesAfter - writesBefore) / float64(o.VMIs)}
 	if res.DuplicateLauncherPods, err = duplicates(ctx, kube, ns); err != nil {
 		return nil, err
 	}
@@ -168,6 +191,29 @@ func (o *Options) runThroughput(ctx context.Context, copts cluster.Options, kube
 	}
 	res.EventsPerVMI = events / float64(o.VMIs)
 	return res, nil
+}
+
+// measureCeiling runs the bare-pod ceiling with as many pods as the run
+// has VMIs and the same creators, and returns the API server's mutating
+// requests per second during it and the pods per second.
+func (o *Options) measureCeiling(ctx context.Context, kube kubernetes.Interface, suffix string) (writesPerSecond, podsPerSecond float64, err error) {
+	ns := "bench-ceiling-" + suffix
+	before, err := serverWrites(ctx, kube)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the API server's request counters: %w", err)
+	}
+	res, err := ceiling.Pods(ctx, kube, ceiling.Options{Count: o.VMIs, Concurrency: o.Creators, Namespace: ns, Timeout: o.Timeout})
+	if err != nil {
+		return 0, 0, fmt.Errorf("ceiling run: %w", err)
+	}
+	after, err := serverWrites(ctx, kube)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the API server's request counters: %w", err)
+	}
+	if err := ceiling.WaitGone(ctx, kube, ns); err != nil {
+		return 0, 0, err
+	}
+	return (after - before) / res.Duration.Seconds(), res.PerSecond, nil
 }
 
 func ownedRanges(ctx context.Context, running []*replicas.Replica) int {
