@@ -111,12 +111,6 @@ func NewManager(cfg Config) (*Manager, error) {
 	}, nil
 }
 
-// Identity is this member's name.
-func (m *Manager) Identity() string { return m.cfg.Identity }
-
-// Ranges is the hash space split.
-func (m *Manager) Ranges() Ranges { return m.cfg.Ranges }
-
 // Holds reports whether this member may act on range i now: it holds the
 // lease and its last renewal is recent enough that nobody else can have
 // taken it. Controllers check it before every write path; it takes no lock.
@@ -157,15 +151,6 @@ func (m *Manager) Ready() bool {
 
 // Leading reports whether this member is the leader.
 func (m *Manager) Leading() bool { return m.leading.Load() }
-
-// Assignment returns the last assignment seen, if any.
-func (m *Manager) Assignment() (Assignment, bool) {
-	a := m.assignment.Load()
-	if a == nil {
-		return Assignment{}, false
-	}
-	return *a, true
-}
 
 // Run takes part until ctx is done, then leaves gracefully within about
 // Config.ShutdownTimeout: it withdraws its member Lease so that the leader

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/apimachinery/pkg/types"
@@ -62,9 +61,6 @@ func NewRanges(count int, key Key) (Ranges, error) {
 // Count is the number of ranges.
 func (r Ranges) Count() int { return r.count }
 
-// Key is the field the ranges hash.
-func (r Ranges) Key() Key { return r.key }
-
 // Hash is the FNV-1a hash of value, the same number as
 // sharding.HashField(value) without the hex formatting.
 func Hash(value string) uint64 {
@@ -90,16 +86,6 @@ func (r Ranges) Of(obj metav1Object) int {
 		return r.OfValue(obj.GetNamespace())
 	}
 	return r.OfValue(string(obj.GetUID()))
-}
-
-// OfObject is the range of any runtime object (or tombstone-free object with
-// metadata); ok is false when obj has no object metadata.
-func (r Ranges) OfObject(obj any) (i int, ok bool) {
-	accessor, err := meta.Accessor(obj)
-	if err != nil {
-		return 0, false
-	}
-	return r.Of(accessor), true
 }
 
 // metav1Object is the part of metav1.Object that placing an object needs.

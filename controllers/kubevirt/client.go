@@ -57,11 +57,6 @@ func NewForConfig(cfg *rest.Config) (*Clientset, error) {
 	return &Clientset{rest: client}, nil
 }
 
-// NewForRESTClient wraps an existing REST client (tests use it with a fake).
-func NewForRESTClient(client rest.Interface) *Clientset {
-	return &Clientset{rest: client}
-}
-
 // RESTClient returns the underlying REST client.
 func (c *Clientset) RESTClient() rest.Interface { return c.rest }
 
