@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -130,7 +129,7 @@ func (o *Options) runThroughput(ctx context.Context, copts cluster.Options, kube
 			}
 		default:
 		}
-		byPhase, err := phases(ctx, kv, ns)
+		byPhase, err := workload.Phases(ctx, kv, ns)
 		if err != nil {
 			return false, nil
 		}
@@ -159,7 +158,7 @@ func (o *Options) runThroughput(ctx context.Context, copts cluster.Options, kube
 		CeilingPodsPerSecond:  ceilingPods,
 		CeilingRatio:          vmiWPS / ceilingWPS,
 		AllClientWritesPerVMI: (writesAfter - writesBefore) / float64(o.VMIs)}
-	if res.DuplicateLauncherPods, err = duplicates(ctx, kube, ns); err != nil {
+	if _, res.DuplicateLauncherPods, err = workload.LauncherPods(ctx, kube, ns); err != nil {
 		return nil, err
 	}
 	var events float64
@@ -168,18 +167,13 @@ func (o *Options) runThroughput(ctx context.Context, copts cluster.Options, kube
 		if err != nil {
 			return nil, fmt.Errorf("scrape %s: %w", r.ID, err)
 		}
-		for _, m := range families["virtshard_api_writes_total"].GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			key := labels["verb"] + " " + labels["resource"]
-			switch labels["resource"] {
-			case "pods", "virtualmachineinstances":
-				res.WritesPerVMI.ByVerbResource[key] += m.GetCounter().GetValue() / float64(o.VMIs)
-				res.WritesPerVMI.Total += m.GetCounter().GetValue() / float64(o.VMIs)
-			case "events":
-				events += m.GetCounter().GetValue()
+		for key, v := range replicas.Writes(families) {
+			switch {
+			case replicas.ControllerWrite(key):
+				res.WritesPerVMI.ByVerbResource[key] += v / float64(o.VMIs)
+				res.WritesPerVMI.Total += v / float64(o.VMIs)
+			case key == "create events":
+				events += v
 			}
 		}
 		res.ReplicaStats = append(res.ReplicaStats, ReplicaStats{
@@ -226,38 +220,6 @@ func ownedRanges(ctx context.Context, running []*replicas.Replica) int {
 		total += replicas.Sum(families, "virtshard_shard_ranges_owned", nil)
 	}
 	return int(total)
-}
-
-func phases(ctx context.Context, kv *kubevirt.Clientset, ns string) (map[virtv1.VirtualMachineInstancePhase]int, error) {
-	list, err := kv.VirtualMachineInstances(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-	if err != nil {
-		return nil, err
-	}
-	out := map[virtv1.VirtualMachineInstancePhase]int{}
-	for _, v := range list.Items {
-		out[v.Status.Phase]++
-	}
-	return out, nil
-}
-
-// duplicates counts launcher pods beyond one per VMI.
-func duplicates(ctx context.Context, kube kubernetes.Interface, ns string) (int, error) {
-	pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.AppLabel + "=virt-launcher"})
-	if apierrors.IsNotFound(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	perVMI := map[string]int{}
-	for _, p := range pods.Items {
-		perVMI[p.Labels[virtv1.CreatedByLabel]]++
-	}
-	extra := 0
-	for _, n := range perVMI {
-		extra += n - 1
-	}
-	return extra, nil
 }
 
 // peakRSS reads a process's peak resident set (VmHWM) from /proc, 0 if gone.

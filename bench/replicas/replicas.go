@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -152,4 +153,23 @@ func freeAddress() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// Writes returns virtshard_api_writes_total by "verb resource".
+func Writes(families map[string]*dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range families["virtshard_api_writes_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		out[labels["verb"]+" "+labels["resource"]] += m.GetCounter().GetValue()
+	}
+	return out
+}
+
+// ControllerWrite reports whether a "verb resource" key of Writes is one of
+// the controller's writes that "writes per VMI" counts: to pods and VMIs.
+func ControllerWrite(key string) bool {
+	return strings.HasSuffix(key, " pods") || strings.HasSuffix(key, " virtualmachineinstances")
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
@@ -87,4 +88,35 @@ func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *
 		return *errp
 	}
 	return ctx.Err()
+}
+
+// Phases counts the VMIs of namespace by phase ("" for none yet), from the
+// API server's watch cache.
+func Phases(ctx context.Context, kv *kubevirt.Clientset, namespace string) (map[virtv1.VirtualMachineInstancePhase]int, error) {
+	list, err := kv.VirtualMachineInstances(namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, err
+	}
+	out := map[virtv1.VirtualMachineInstancePhase]int{}
+	for _, v := range list.Items {
+		out[v.Status.Phase]++
+	}
+	return out, nil
+}
+
+// LauncherPods counts the VMIs of namespace that have a launcher pod, and
+// the launcher pods beyond one per VMI.
+func LauncherPods(ctx context.Context, kube kubernetes.Interface, namespace string) (withPod, duplicates int, err error) {
+	pods, err := kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: virtv1.AppLabel + "=virt-launcher"})
+	if err != nil {
+		return 0, 0, err
+	}
+	perVMI := map[string]int{}
+	for _, p := range pods.Items {
+		perVMI[p.Labels[virtv1.CreatedByLabel]]++
+	}
+	for _, n := range perVMI {
+		duplicates += n - 1
+	}
+	return len(perVMI), duplicates, nil
 }

@@ -7,18 +7,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/replicas"
+	"github.com/virtshard/virtshard/bench/workload"
 )
 
 // The scale tests run replicas as separate processes of the real binary,
@@ -56,78 +55,61 @@ func controllerBinary(t *testing.T) string {
 }
 
 // startProcess starts a replica process watching ns; test cleanup stops it.
-func startProcess(t *testing.T, ns, id string) *replicas.Replica {
+// startProcesses starts n replica processes watching ns; test cleanup stops them.
+func startProcesses(t *testing.T, ns string, n int) []*replicas.Replica {
 	t.Helper()
-	r, err := replicas.Start(replicas.Options{
-		Binary: controllerBinary(t), Kubeconfig: kubeconfig(t), Namespace: ns, WatchNamespace: ns, LogDir: t.TempDir(),
-	}, id)
-	if err != nil {
+	var procs []*replicas.Replica
+	for i := range n {
+		r, err := replicas.Start(replicas.Options{
+			Binary: controllerBinary(t), Kubeconfig: kubeconfig(t), Namespace: ns, WatchNamespace: ns, LogDir: t.TempDir(),
+		}, fmt.Sprintf("replica-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Stop(15 * time.Second) })
+		procs = append(procs, r)
+	}
+	return procs
+}
+
+// createVMIs creates n VMIs with 16 concurrent creators in the background;
+// the channel yields the outcome.
+func createVMIs(e *env, n int) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		var created atomic.Int64
+		done <- workload.Create(context.Background(), e.kv, workload.Options{Namespace: e.ns, Count: n, Concurrency: 16, Prefix: "vmi"}, &created)
+	}()
+	return done
+}
+
+// waitCreated waits until at least n VMIs exist.
+func waitCreated(t *testing.T, e *env, n int) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		byPhase, err := workload.Phases(ctx, e.kv, e.ns)
+		total := 0
+		for _, c := range byPhase {
+			total += c
+		}
+		return err == nil && total >= n, nil
+	}); err != nil {
+		t.Fatalf("%d VMIs were not created", n)
+	}
+}
+
+// waitAllRunning waits for the creators, then until n VMIs are Running,
+// logging progress.
+func waitAllRunning(t *testing.T, e *env, created <-chan error, n int, timeout time.Duration) {
+	t.Helper()
+	if err := <-created; err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.Stop(15 * time.Second) })
-	return r
-}
-
-// writes scrapes a replica's API writes by "resource verb".
-func writes(t *testing.T, r *replicas.Replica) map[string]float64 {
-	t.Helper()
-	families, err := r.Metrics(context.Background())
-	if err != nil {
-		t.Fatalf("scrape %s: %v", r.ID, err)
-	}
-	out := map[string]float64{}
-	for _, name := range []string{"virtshard_status_patch_conflicts_total", "virtshard_shard_handoffs_total"} {
-		out[name] = replicas.Sum(families, name, nil)
-	}
-	for _, m := range families["virtshard_api_writes_total"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		out[labels["resource"]+" "+labels["verb"]] += m.GetCounter().GetValue()
-	}
-	return out
-}
-
-// createVMIs creates n VMIs with 16 concurrent creators.
-func createVMIs(t *testing.T, e *env, n int) {
-	t.Helper()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for range 16 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				if _, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), newVMI(fmt.Sprintf("vmi-%05d", i)), metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("create VMI: %v", err)
-	}
-}
-
-// waitAllRunning waits until n VMIs are Running, logging progress.
-func waitAllRunning(t *testing.T, e *env, n int, timeout time.Duration) {
-	t.Helper()
 	last := time.Now()
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		list, err := e.kv.VirtualMachineInstances(e.ns).List(ctx, metav1.ListOptions{})
+		byPhase, err := workload.Phases(ctx, e.kv, e.ns)
 		if err != nil {
 			return false, nil
-		}
-		byPhase := map[virtv1.VirtualMachineInstancePhase]int{}
-		for _, v := range list.Items {
-			byPhase[v.Status.Phase]++
 		}
 		if time.Since(last) > 10*time.Second {
 			t.Logf("VMIs by phase: %v", byPhase)
@@ -143,21 +125,33 @@ func waitAllRunning(t *testing.T, e *env, n int, timeout time.Duration) {
 // assertOneLauncherPodEach checks there is exactly one launcher pod per VMI.
 func assertOneLauncherPodEach(t *testing.T, e *env, n int) {
 	t.Helper()
-	pods, err := e.kube.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: virtv1.AppLabel + "=virt-launcher"})
+	withPod, duplicates, err := workload.LauncherPods(context.Background(), e.kube, e.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	perVMI := map[string]int{}
-	for _, p := range pods.Items {
-		perVMI[p.Labels[virtv1.CreatedByLabel]]++
+	if withPod != n || duplicates != 0 {
+		t.Errorf("%d of %d VMIs have a launcher pod, %d duplicates; want one each", withPod, n, duplicates)
 	}
-	duplicates := 0
-	for _, c := range perVMI {
-		duplicates += c - 1
+}
+
+// controllerWrites sums the replicas' pod and VMI writes, and their event
+// creates beside them.
+func controllerWrites(t *testing.T, procs []*replicas.Replica) (writesTotal, events float64, all map[string]float64) {
+	t.Helper()
+	all = map[string]float64{}
+	for _, p := range procs {
+		families, err := p.Metrics(context.Background())
+		if err != nil {
+			t.Fatalf("scrape %s: %v", p.ID, err)
+		}
+		for k, v := range replicas.Writes(families) {
+			all[k] += v
+			if replicas.ControllerWrite(k) {
+				writesTotal += v
+			}
+		}
 	}
-	if len(perVMI) != n || duplicates != 0 {
-		t.Errorf("%d launcher pods for %d VMIs (%d with a pod), %d duplicates; want one each", len(pods.Items), n, len(perVMI), duplicates)
-	}
+	return writesTotal, all["create events"], all
 }
 
 func scaleCount(t *testing.T) int {
@@ -174,13 +168,9 @@ func scaleCount(t *testing.T) int {
 func TestTwoThousandVMIsWithThreeReplicas(t *testing.T) {
 	n := scaleCount(t)
 	e := newEnv(t, 0)
-	var procs []*replicas.Replica
-	for i := range 3 {
-		procs = append(procs, startProcess(t, e.ns, fmt.Sprintf("replica-%d", i)))
-	}
+	procs := startProcesses(t, e.ns, 3)
 	start := time.Now()
-	createVMIs(t, e, n)
-	waitAllRunning(t, e, n, 10*time.Minute)
+	waitAllRunning(t, e, createVMIs(e, n), n, 10*time.Minute)
 	t.Logf("%d VMIs Running %s after the first create", n, time.Since(start).Round(time.Millisecond))
 	assertOneLauncherPodEach(t, e, n)
 
@@ -193,36 +183,19 @@ func TestTwoThousandVMIsWithThreeReplicas(t *testing.T) {
 	}
 }
 
-// controllerWrites sums pod and VMI writes over replicas, and events beside.
-func controllerWrites(t *testing.T, procs []*replicas.Replica) (writesTotal, events float64, all map[string]float64) {
-	all = map[string]float64{}
-	for _, p := range procs {
-		for k, v := range writes(t, p) {
-			all[k] += v
-		}
-	}
-	for k, v := range all {
-		if resource := strings.Fields(k)[0]; resource == "pods" || resource == "virtualmachineinstances" {
-			writesTotal += v
-		}
-	}
-	return writesTotal, all["events create"], all
-}
-
 // TestWritesPerVMIWhenIdle creates VMIs one by one on an idle system: the
 // batcher writes promptly, and Scheduling rides along with the handoff.
 func TestWritesPerVMIWhenIdle(t *testing.T) {
 	const n = 10
 	e := newEnv(t, 0)
-	var procs []*replicas.Replica
-	for i := range 3 {
-		procs = append(procs, startProcess(t, e.ns, fmt.Sprintf("replica-%d", i)))
-	}
+	procs := startProcesses(t, e.ns, 3)
 	for i := range n {
-		e.create(newVMI(fmt.Sprintf("idle-%d", i)))
+		e.create(workload.VMI(fmt.Sprintf("idle-%d", i)))
 		time.Sleep(200 * time.Millisecond)
 	}
-	waitAllRunning(t, e, n, 2*time.Minute)
+	created := make(chan error, 1)
+	created <- nil
+	waitAllRunning(t, e, created, n, 2*time.Minute)
 	w, events, all := controllerWrites(t, procs)
 	t.Logf("idle: %.2f controller writes per VMI, %.2f events per VMI (%v)", w/n, events/n, all)
 	if w/n > 2.5 {
@@ -233,23 +206,13 @@ func TestWritesPerVMIWhenIdle(t *testing.T) {
 func TestKilledReplicaMidRunLosesNoVMI(t *testing.T) {
 	n := scaleCount(t)
 	e := newEnv(t, 0)
-	var procs []*replicas.Replica
-	for i := range 3 {
-		procs = append(procs, startProcess(t, e.ns, fmt.Sprintf("replica-%d", i)))
-	}
-	created := make(chan struct{})
-	go func() { createVMIs(t, e, n); close(created) }()
+	procs := startProcesses(t, e.ns, 3)
+	created := createVMIs(e, n)
 	// Kill one replica (SIGKILL: no handoff) once a third of the VMIs exist.
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := e.kv.VirtualMachineInstances(e.ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(list.Items) >= n/3, nil
-	}); err != nil {
-		t.Fatal("VMIs were not created")
-	}
+	waitCreated(t, e, n/3)
 	procs[1].Kill()
 	t.Logf("killed %s", procs[1].ID)
-	<-created
-	waitAllRunning(t, e, n, 10*time.Minute)
+	waitAllRunning(t, e, created, n, 10*time.Minute)
 	assertOneLauncherPodEach(t, e, n)
 }
 
@@ -259,25 +222,15 @@ func TestKilledReplicaMidRunLosesNoVMI(t *testing.T) {
 func TestGracefulStopMidRunHandsOff(t *testing.T) {
 	const n = 300
 	e := newEnv(t, 0)
-	var procs []*replicas.Replica
-	for i := range 3 {
-		procs = append(procs, startProcess(t, e.ns, fmt.Sprintf("replica-%d", i)))
-	}
-	created := make(chan struct{})
-	go func() { createVMIs(t, e, n); close(created) }()
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := e.kv.VirtualMachineInstances(e.ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(list.Items) >= n/3, nil
-	}); err != nil {
-		t.Fatal("VMIs were not created")
-	}
+	procs := startProcesses(t, e.ns, 3)
+	created := createVMIs(e, n)
+	waitCreated(t, e, n/3)
 	stopped := time.Now()
 	procs[0].Stop(30 * time.Second)
 	t.Logf("%s stopped gracefully in %s", procs[0].ID, time.Since(stopped).Round(time.Millisecond))
 	if !procs[0].Exited() {
 		t.Errorf("%s did not exit", procs[0].ID)
 	}
-	<-created
-	waitAllRunning(t, e, n, 5*time.Minute)
+	waitAllRunning(t, e, created, n, 5*time.Minute)
 	assertOneLauncherPodEach(t, e, n)
 }

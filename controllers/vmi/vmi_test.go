@@ -20,6 +20,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster/clustertest"
+	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/template"
@@ -101,19 +102,6 @@ func (e *env) start(id string) *replica {
 	return r
 }
 
-// newVMI is a VMI that kwok's nodes can run: it tolerates their taint.
-func newVMI(name string) *virtv1.VirtualMachineInstance {
-	return &virtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "test"}},
-		Spec: virtv1.VirtualMachineInstanceSpec{
-			Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-			}},
-		},
-	}
-}
-
 func (e *env) create(vmi *virtv1.VirtualMachineInstance) *virtv1.VirtualMachineInstance {
 	e.t.Helper()
 	created, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), vmi, metav1.CreateOptions{})
@@ -180,7 +168,7 @@ func phases(vmi *virtv1.VirtualMachineInstance) []virtv1.VirtualMachineInstanceP
 
 func TestVMIRunsAndIsDeletedWithTwoReplicas(t *testing.T) {
 	e := newEnv(t, 2)
-	created := e.create(newVMI("lifecycle"))
+	created := e.create(workload.VMI("lifecycle"))
 	vmi := e.waitVMI("lifecycle", time.Minute, "Running", func(v *virtv1.VirtualMachineInstance) bool {
 		return v.Status.Phase == virtv1.Running
 	})
@@ -260,7 +248,7 @@ func TestVMIRunsAndIsDeletedWithTwoReplicas(t *testing.T) {
 
 func TestDeletedLauncherPodFailsTheVMIForGood(t *testing.T) {
 	e := newEnv(t, 2)
-	created := e.create(newVMI("orphan"))
+	created := e.create(workload.VMI("orphan"))
 	e.waitVMI("orphan", time.Minute, "Running", func(v *virtv1.VirtualMachineInstance) bool { return v.Status.Phase == virtv1.Running })
 	pods := e.launcherPods(created)
 	if len(pods) != 1 {
@@ -282,7 +270,7 @@ func TestDeletedLauncherPodFailsTheVMIForGood(t *testing.T) {
 
 func TestMissingPVCWaitsThenProceeds(t *testing.T) {
 	e := newEnv(t, 1)
-	vmi := newVMI("needs-disk")
+	vmi := workload.VMI("needs-disk")
 	vmi.Spec.Domain.Devices.Disks = []virtv1.Disk{{Name: "data", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}}}
 	vmi.Spec.Volumes = []virtv1.Volume{{Name: "data", VolumeSource: virtv1.VolumeSource{
 		PersistentVolumeClaim: &virtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}},
@@ -317,7 +305,7 @@ func TestMissingPVCWaitsThenProceeds(t *testing.T) {
 
 func TestInvalidNetworkIsReportedOnceWithoutRetrying(t *testing.T) {
 	e := newEnv(t, 1)
-	vmi := newVMI("bad-net")
+	vmi := workload.VMI("bad-net")
 	vmi.Spec.Domain.Devices.Interfaces = []virtv1.Interface{{Name: "default", InterfaceBindingMethod: virtv1.InterfaceBindingMethod{Masquerade: &virtv1.InterfaceMasquerade{}}}}
 	vmi.Spec.Networks = []virtv1.Network{{Name: "other", NetworkSource: virtv1.NetworkSource{Pod: &virtv1.PodNetwork{}}}}
 	created := e.create(vmi)
@@ -376,7 +364,7 @@ func TestDataVolumeWithoutCDIIsJudgedByItsPVC(t *testing.T) {
 	if _, err := e.kube.CoreV1().PersistentVolumeClaims(e.ns).Create(context.Background(), pvc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	vmi := newVMI("from-dv")
+	vmi := workload.VMI("from-dv")
 	vmi.Spec.Domain.Devices.Disks = []virtv1.Disk{{Name: "root", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}}}
 	vmi.Spec.Volumes = []virtv1.Volume{{Name: "root", VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: "root-dv"}}}}
 	created := e.create(vmi)
