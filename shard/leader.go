@@ -60,14 +60,13 @@ func (m *Manager) elect(ctx context.Context) {
 		LockConfig: resourcelock.ResourceLockConfig{Identity: m.cfg.Identity},
 		Labels:     map[string]string{LabelShard: m.cfg.Name},
 	}
+	leaseDuration, renewDeadline, retryPeriod := m.cfg.leaderTimings()
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:          lock,
-		Name:          m.cfg.Name,
-		LeaseDuration: m.cfg.LeaseDuration,
-		RenewDeadline: m.cfg.RenewDeadline,
-		// Stand again sooner than ranges are retried: while nobody leads,
-		// nobody reassigns the ranges of a member that left.
-		RetryPeriod:     m.cfg.RetryPeriod / 2,
+		Lock:            lock,
+		Name:            m.cfg.Name,
+		LeaseDuration:   leaseDuration,
+		RenewDeadline:   renewDeadline,
+		RetryPeriod:     retryPeriod,
 		ReleaseOnCancel: true,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
@@ -92,18 +91,38 @@ func (m *Manager) elect(ctx context.Context) {
 	}
 }
 
-// lead publishes the assignment for the live members until ctx is done.
+// leaderTimings are the leader election's: half the range lease duration
+// (whole seconds, at least one), so that a dead leader is replaced before
+// the ranges of a dead member expire and the new leader is there to
+// reassign them. Leadership only publishes advice, so a shorter lease risks
+// nothing: the range Leases decide who acts.
+func (c *Config) leaderTimings() (leaseDuration, renewDeadline, retryPeriod time.Duration) {
+	leaseDuration = max(time.Second, (c.LeaseDuration / 2).Truncate(time.Second))
+	renewDeadline = leaseDuration * 7 / 10
+	retryPeriod = min(c.RetryPeriod/4, renewDeadline/2)
+	return leaseDuration, renewDeadline, retryPeriod
+}
+
+// lead publishes the assignment for the live members until ctx is done. It
+// wakes on member lease changes, on every tick, and when the first live
+// member's lease expires, which no event announces.
 func (m *Manager) lead(ctx context.Context) {
 	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod / 2)
 	defer ticker.Stop()
 	for {
-		if err := m.publish(ctx); err != nil && ctx.Err() == nil {
+		next, err := m.publish(ctx)
+		if err != nil && ctx.Err() == nil {
 			klog.FromContext(ctx).V(2).Info("Publishing the assignment failed", "err", err)
+		}
+		var expiry <-chan time.Time
+		if !next.IsZero() {
+			expiry = m.cfg.Clock.After(next.Sub(m.cfg.Clock.Now()) + 10*time.Millisecond)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.leaderWake:
+		case <-expiry:
 		case <-ticker.C():
 		}
 	}
@@ -112,11 +131,17 @@ func (m *Manager) lead(ctx context.Context) {
 // publish writes the assignment for the current live members if it changed.
 // The resourceVersion precondition keeps two leaders (an old one that has
 // not noticed yet) from both bumping the generation.
-func (m *Manager) publish(ctx context.Context) error {
-	members, err := m.liveMembers()
+// It returns when the first live member's lease expires unless renewed.
+func (m *Manager) publish(ctx context.Context) (nextExpiry time.Time, err error) {
+	members, nextExpiry, err := m.liveMembers()
 	if err != nil {
-		return err
+		return nextExpiry, err
 	}
+	return nextExpiry, m.write(ctx, members)
+}
+
+// write publishes the assignment for members if it changed.
+func (m *Manager) write(ctx context.Context, members []string) error {
 	owners := Assign(m.cfg.Ranges.Count(), members, m.cfg.Load, m.cfg.ReplicationFactor)
 	cms := m.cfg.Client.CoreV1().ConfigMaps(m.cfg.Namespace)
 	current, err := m.cmLister.Get(m.cfg.assignmentName())

@@ -567,23 +567,25 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // liveMembers are the members whose Lease changed within its duration as
-// seen from here, sorted.
-func (m *Manager) liveMembers() ([]string, error) {
+// seen from here, sorted, and when the first of them expires unless renewed.
+func (m *Manager) liveMembers() (live []string, nextExpiry time.Time, err error) {
 	leases, err := m.leaseLister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleMember}))
 	if err != nil {
-		return nil, err
+		return nil, nextExpiry, err
 	}
 	now := m.cfg.Clock.Now()
-	var live []string
 	for _, l := range leases {
 		id := holder(l)
-		if id == m.cfg.Identity && m.leaving.Load() {
+		if id == "" || (id == m.cfg.Identity && m.leaving.Load()) {
 			continue
 		}
-		if id != "" && !expired(l, m.obs.observe(l, now), now) {
+		if at := m.obs.expiry(l, now); now.Before(at) {
 			live = append(live, id)
+			if nextExpiry.IsZero() || at.Before(nextExpiry) {
+				nextExpiry = at
+			}
 		}
 	}
 	slices.Sort(live)
-	return live, nil
+	return live, nextExpiry, nil
 }
