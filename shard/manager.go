@@ -467,6 +467,7 @@ loop:
 			m.failures[h.i] = 0
 			m.mu.Unlock()
 			m.active[h.i].Store(true)
+			m.cfg.Metrics.activeChanged(1)
 			if !assignedAt.IsZero() {
 				m.cfg.Metrics.acquired(m.cfg.Clock.Since(assignedAt).Seconds())
 			}
@@ -483,7 +484,9 @@ loop:
 		}
 	}
 
-	m.active[h.i].Store(false)
+	if m.active[h.i].Swap(false) {
+		m.cfg.Metrics.activeChanged(-1)
+	}
 	cancelAcquire()
 	if acquired != nil {
 		<-acquired // Acquired must return once its context is done

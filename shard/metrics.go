@@ -8,6 +8,7 @@ import (
 // Metrics of one member, virtshard_shard_*.
 type Metrics struct {
 	rangesOwned          prometheus.Gauge
+	rangesActive         prometheus.Gauge
 	assignmentGeneration prometheus.Gauge
 	handoffs             *prometheus.CounterVec
 	acquireLatency       prometheus.Histogram
@@ -22,6 +23,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rangesOwned: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_ranges_owned",
 			Help: "Ranges whose lease this member holds.",
+		}),
+		rangesActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "virtshard_shard_ranges_active",
+			Help: "Ranges this member holds and acts on: lease held and caches synced.",
 		}),
 		assignmentGeneration: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_assignment_generation",
@@ -50,11 +55,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this member is the leader publishing the assignment.",
 		}),
 	}
-	reg.MustRegister(m.rangesOwned, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.leader)
+	reg.MustRegister(m.rangesOwned, m.rangesActive, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.leader)
 	return m
 }
 
 // The methods below accept a nil *Metrics, so callers need no checks.
+
+func (m *Metrics) activeChanged(delta float64) {
+	if m != nil {
+		m.rangesActive.Add(delta)
+	}
+}
 
 func (m *Metrics) setOwned(n int) {
 	if m != nil {

@@ -173,6 +173,23 @@ func New(cfg Config) *Controller {
 // PendingExpectations counts keys with outstanding expectations.
 func (c *Controller) PendingExpectations() float64 { return float64(c.expectations.Count()) }
 
+// CachedObjects counts the VMIs ("virtualmachineinstances") or launcher
+// pods ("pods") in the caches of the held ranges.
+func (c *Controller) CachedObjects(resource string) float64 {
+	n := 0
+	for i := range c.ranges {
+		rc := c.ranges[i].Load()
+		switch {
+		case rc == nil:
+		case resource == "pods":
+			n += len(rc.pods.GetStore().ListKeys())
+		default:
+			n += len(rc.vmis.GetStore().ListKeys())
+		}
+	}
+	return float64(n)
+}
+
 // Run starts the cluster-wide caches, the status batcher and workers, and
 // blocks until ctx is done. Ranges come and go through Acquired/Releasing.
 func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}) error {

@@ -10,7 +10,14 @@ import (
 type Metrics struct {
 	phaseTransition   *prometheus.HistogramVec
 	reconcileDuration *prometheus.HistogramVec
-	expectations      prometheus.GaugeFunc
+}
+
+// Gauges is what the controller reports on each scrape.
+type Gauges interface {
+	// PendingExpectations counts keys with outstanding expectations.
+	PendingExpectations() float64
+	// CachedObjects counts the objects of resource in the held ranges' caches.
+	CachedObjects(resource string) float64
 }
 
 // phaseTransitionBuckets are KubeVirt's (PhaseTransitionTimeBuckets), so
@@ -22,8 +29,7 @@ var phaseTransitionBuckets = []float64{
 }
 
 // NewMetrics creates the controller's metrics and registers them with reg.
-// pendingExpectations reports the keys with outstanding expectations.
-func NewMetrics(reg prometheus.Registerer, pendingExpectations func() float64) *Metrics {
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		phaseTransition: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "kubevirt_vmi_phase_transition_time_from_creation_seconds",
@@ -35,13 +41,24 @@ func NewMetrics(reg prometheus.Registerer, pendingExpectations func() float64) *
 			Help:    "Time of one reconcile, by controller and result.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"controller", "result"}),
-		expectations: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "virtshard_controller_expectations_pending",
-			Help: "VMIs with creations or deletions sent but not yet seen by the informers.",
-		}, pendingExpectations),
 	}
-	reg.MustRegister(m.phaseTransition, m.reconcileDuration, m.expectations)
+	reg.MustRegister(m.phaseTransition, m.reconcileDuration)
 	return m
+}
+
+// RegisterGauges registers gauges read from g on each scrape.
+func RegisterGauges(reg prometheus.Registerer, g Gauges) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "virtshard_controller_expectations_pending",
+		Help: "VMIs with creations or deletions sent but not yet seen by the informers.",
+	}, g.PendingExpectations))
+	for _, resource := range []string{"virtualmachineinstances", "pods"} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "virtshard_informer_cached_objects",
+			Help:        "Objects in the caches of the ranges this replica holds.",
+			ConstLabels: prometheus.Labels{"resource": resource},
+		}, func() float64 { return g.CachedObjects(resource) }))
+	}
 }
 
 func (m *Metrics) phase(phase string, sinceCreation time.Duration) {

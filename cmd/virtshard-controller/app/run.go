@@ -71,8 +71,7 @@ func (o *Options) Run(ctx context.Context) error {
 	tmpl := template.DefaultOptions()
 	tmpl.LauncherImage = o.LauncherImage
 	tmpl.RangeLabel = shard.LabelRange
-	var controller *vmi.Controller
-	controller = vmi.New(vmi.Config{
+	controller := vmi.New(vmi.Config{
 		Kube: kube, KubeVirt: kv, Metadata: meta, Dynamic: dyn,
 		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
 		Namespace:        o.Watch,
@@ -83,10 +82,11 @@ func (o *Options) Run(ctx context.Context) error {
 		BusyDepth:        o.BusyDepth,
 		UrgentStatusWait: o.UrgentStatus,
 		StatusWorkers:    o.StatusWorkers,
-		Metrics:          vmi.NewMetrics(registry, func() float64 { return controller.PendingExpectations() }),
+		Metrics:          vmi.NewMetrics(registry),
 		ShardMetrics:     shardMetrics,
 		StatusMetrics:    status.NewMetrics(registry),
 	})
+	vmi.RegisterGauges(registry, controller)
 	manager, err = shard.NewManager(shard.Config{
 		Client:        kube,
 		Namespace:     o.Namespace,
