@@ -46,13 +46,21 @@ run: tools controller ## Run 3 replicas on the local cluster with a demo workloa
 controller: ## Build bin/virtshard-controller.
 	$(GO) build -o $(BIN)/virtshard-controller ./cmd/virtshard-controller
 
+.PHONY: bench
+bench: tools controller ## Every bench scenario at full size (about an hour); rewrites BENCHMARKS.md's generated section and docs/bench/.
+	$(GO) run ./cmd/virtshard-bench --suite full --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
+
+.PHONY: bench-smoke
+bench-smoke: tools controller ## Every bench scenario small, in about 5 minutes (also part of make test); output in bin/bench-smoke/.
+	$(GO) run ./cmd/virtshard-bench --suite smoke --controller $(BIN)/virtshard-controller --out $(BIN)/bench-smoke $(BENCH_ARGS)
+
 .PHONY: bench-ceiling
-bench-ceiling: tools ## Measure the cluster's own limits: bare pods and kwok's VMI stage (see BENCHMARKS.md).
+bench-ceiling: tools ## Measure the cluster's own limits: bare pods and kwok's VMI stage, side by side (see BENCHMARKS.md).
 	$(GO) run ./cmd/virtshard-bench --scenario pod-ceiling,vmi-stage-ceiling $(BENCH_ARGS)
 
-.PHONY: bench-throughput
-bench-throughput: tools controller ## VMIs as fast as possible through replica processes (BENCH_ARGS="--vmis 2000 --replicas 3").
-	$(GO) run ./cmd/virtshard-bench --scenario throughput --controller $(BIN)/virtshard-controller $(BENCH_ARGS)
+.PHONY: bench-scenario
+bench-scenario: tools controller ## One scenario: BENCH_ARGS="--scenario latency --vmis 1000" (see cmd/virtshard-bench --help).
+	$(GO) run ./cmd/virtshard-bench --controller $(BIN)/virtshard-controller $(BENCH_ARGS)
 
 ##@ Local cluster
 

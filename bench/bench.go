@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -20,27 +20,62 @@ import (
 
 // Scenarios the bench knows.
 const (
-	// ScenarioPodCeiling: plain pods to Running, through the scheduler and kwok.
-	ScenarioPodCeiling = "pod-ceiling"
-	// ScenarioVMIStageCeiling: handed-off VMIs to Running, through kwok's VMI stage.
+	// ScenarioPodCeiling and ScenarioVMIStageCeiling are the cluster's own
+	// limits as series over creator counts, side by side: plain pods to
+	// Running, and handed-off VMIs to Running through kwok's VMI stage.
+	ScenarioPodCeiling      = "pod-ceiling"
 	ScenarioVMIStageCeiling = "vmi-stage-ceiling"
-	// ScenarioThroughput: VMIs as fast as possible through replica processes.
+
+	// The VMI scenarios, one report each.
+	ScenarioCeiling    = "ceiling"
 	ScenarioThroughput = "throughput"
+	ScenarioLatency    = "latency"
+	ScenarioScale      = "scale"
+	ScenarioFailover   = "failover"
+	ScenarioRolling    = "rolling"
+	ScenarioSingleton  = "singleton"
 )
 
-var scenarios = []string{ScenarioPodCeiling, ScenarioVMIStageCeiling, ScenarioThroughput}
+var seriesScenarios = []string{ScenarioPodCeiling, ScenarioVMIStageCeiling}
+
+// scenarioDefaults are each VMI scenario's --vmis, --replicas and --rate
+// when not given.
+var scenarioDefaults = map[string]struct {
+	vmis, replicas int
+	rate           float64
+}{
+	ScenarioCeiling:    {2000, 0, 0},
+	ScenarioThroughput: {2000, 3, 0},
+	ScenarioLatency:    {1000, 3, 10},
+	ScenarioScale:      {50000, 4, 0},
+	ScenarioFailover:   {4000, 4, 0},
+	ScenarioRolling:    {4000, 4, 0},
+	ScenarioSingleton:  {2000, 2, 0},
+}
+
+// Suites run many scenarios and write BENCHMARKS.md's generated section.
+const (
+	SuiteFull  = "full"
+	SuiteSmoke = "smoke"
+)
 
 // Options of one bench invocation.
 type Options struct {
-	Scenarios   []string
-	Nodes       int
+	Scenarios []string
+	Suite     string
+	Nodes     int
+	Output    string
+	// Out receives raw data, plots and CPU profiles; Update is a markdown
+	// file whose generated section a suite rewrites.
+	Out, Update string
+	Timeout     time.Duration
+
+	// Series scenarios.
 	Count       int
 	Concurrency []int
 	Runs        int
-	Output      string
-	Timeout     time.Duration
 
-	// Throughput scenario.
+	// VMI scenarios.
 	Controller string
 	Replicas   int
 	VMIs       int
@@ -52,16 +87,13 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		Scenarios:   []string{ScenarioPodCeiling},
+		Scenarios:   []string{ScenarioThroughput},
 		Nodes:       cluster.DefaultNodes,
 		Count:       2000,
 		Concurrency: []int{1, 10, 50},
 		Runs:        3,
 		Output:      "text",
-		Timeout:     10 * time.Minute,
 		Controller:  "bin/virtshard-controller",
-		Replicas:    3,
-		VMIs:        2000,
 		Creators:    16,
 		Ranges:      64,
 	}
@@ -71,40 +103,71 @@ func NewOptions() *Options {
 func (o *Options) Parse(args []string) error {
 	flags := flag.NewFlagSet("virtshard-bench", flag.ContinueOnError)
 	scenarioList := strings.Join(o.Scenarios, ",")
-	flags.StringVar(&scenarioList, "scenario", scenarioList, "comma-separated scenarios, run side by side: "+strings.Join(scenarios, ", "))
+	flags.StringVar(&scenarioList, "scenario", scenarioList, "scenario: "+strings.Join(slices.Sorted(maps.Keys(scenarioDefaults)), ", ")+
+		"; or comma-separated series scenarios, run side by side: "+strings.Join(seriesScenarios, ", "))
+	flags.StringVar(&o.Suite, "suite", o.Suite, "run a suite of scenarios instead: full (make bench) or smoke (make bench-smoke)")
 	flags.IntVar(&o.Nodes, "nodes", o.Nodes, "kwok nodes in the cluster")
-	flags.IntVar(&o.Count, "count", o.Count, "objects per run")
-	concurrency := intList(o.Concurrency)
-	flags.Var(&concurrency, "concurrency", "comma-separated concurrent creators, one series each (pod-ceiling)")
-	flags.IntVar(&o.Runs, "runs", o.Runs, "runs per series; the report gives the median run")
 	flags.StringVar(&o.Output, "output", o.Output, "report format: text, json or markdown")
-	flags.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on each run")
-	flags.StringVar(&o.Controller, "controller", o.Controller, "virtshard-controller binary (throughput)")
-	flags.IntVar(&o.Replicas, "replicas", o.Replicas, "controller replicas (throughput)")
-	flags.IntVar(&o.VMIs, "vmis", o.VMIs, "VMIs to create (throughput)")
-	flags.IntVar(&o.Creators, "creators", o.Creators, "concurrent VMI creators (throughput)")
-	flags.Float64Var(&o.Rate, "rate", o.Rate, "VMIs created per second, 0 is as fast as possible (throughput)")
+	flags.StringVar(&o.Out, "out", o.Out, "directory for raw data, SVG plots and the replicas' CPU profiles")
+	flags.StringVar(&o.Update, "update", o.Update, "markdown file whose generated section a suite rewrites (BENCHMARKS.md)")
+	flags.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on each run (0: 5 min + 50 ms per VMI)")
+	flags.IntVar(&o.Count, "count", o.Count, "objects per run (series scenarios)")
+	concurrency := intList(o.Concurrency)
+	flags.Var(&concurrency, "concurrency", "comma-separated concurrent creators, one series each (series scenarios)")
+	flags.IntVar(&o.Runs, "runs", o.Runs, "runs per series; the report gives the median run (series scenarios)")
+	flags.StringVar(&o.Controller, "controller", o.Controller, "virtshard-controller binary")
+	flags.IntVar(&o.Replicas, "replicas", o.Replicas, "controller replicas (default by scenario)")
+	flags.IntVar(&o.VMIs, "vmis", o.VMIs, "VMIs to create (default by scenario)")
+	flags.IntVar(&o.Creators, "creators", o.Creators, "concurrent VMI creators")
+	flags.Float64Var(&o.Rate, "rate", o.Rate, "VMIs created per second, 0 is as fast as possible (default by scenario)")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", flags.Args())
+	}
 	o.Scenarios = strings.Split(scenarioList, ",")
 	o.Concurrency = concurrency
+	if len(o.Scenarios) == 1 {
+		set := map[string]bool{}
+		flags.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if d, ok := scenarioDefaults[o.Scenarios[0]]; ok {
+			if !set["vmis"] {
+				o.VMIs = d.vmis
+			}
+			if !set["replicas"] {
+				o.Replicas = d.replicas
+			}
+			if !set["rate"] {
+				o.Rate = d.rate
+			}
+		}
+	}
 	return o.Validate()
 }
 
 // Validate checks the options.
 func (o *Options) Validate() error {
+	_, vmiScenario := scenarioDefaults[o.Scenarios[0]]
 	for _, sc := range o.Scenarios {
-		if !slices.Contains(scenarios, sc) {
-			return fmt.Errorf("unknown scenario %q: want %s", sc, strings.Join(scenarios, ", "))
+		if !slices.Contains(seriesScenarios, sc) && (!vmiScenario || len(o.Scenarios) > 1) {
+			return fmt.Errorf("unknown scenario %q (VMI scenarios run one at a time): want one of %s, or a list of %s",
+				sc, strings.Join(slices.Sorted(maps.Keys(scenarioDefaults)), ", "), strings.Join(seriesScenarios, ", "))
 		}
 	}
-	if slices.Contains(o.Scenarios, ScenarioThroughput) && len(o.Scenarios) > 1 {
-		return fmt.Errorf("run %s on its own", ScenarioThroughput)
-	}
 	switch {
-	case o.Replicas <= 0 || o.VMIs <= 0 || o.Creators <= 0 || o.Rate < 0:
-		return fmt.Errorf("--replicas, --vmis and --creators must be positive, --rate not negative")
+	case o.Suite != "" && o.Suite != SuiteFull && o.Suite != SuiteSmoke:
+		return fmt.Errorf("unknown suite %q: want %s or %s", o.Suite, SuiteFull, SuiteSmoke)
+	case o.Update != "" && o.Suite == "":
+		return fmt.Errorf("--update needs --suite")
+	case vmiScenario && o.Scenarios[0] != ScenarioCeiling && o.Replicas <= 0:
+		return fmt.Errorf("--replicas must be positive")
+	case o.Scenarios[0] == ScenarioSingleton && o.Replicas != 2:
+		return fmt.Errorf("%s runs 1 active and 1 standby replica: --replicas must be 2", ScenarioSingleton)
+	case o.Scenarios[0] == ScenarioFailover && o.Replicas < 2:
+		return fmt.Errorf("%s needs at least 2 replicas", ScenarioFailover)
+	case vmiScenario && (o.VMIs <= 0 || o.Creators <= 0 || o.Rate < 0):
+		return fmt.Errorf("--vmis and --creators must be positive, --rate not negative")
 	case !slices.Contains([]string{"text", "json", "markdown"}, o.Output):
 		return fmt.Errorf("unknown output %q: want text, json or markdown", o.Output)
 	case o.Count <= 0 || o.Runs <= 0 || o.Nodes <= 0 || len(o.Concurrency) == 0:
@@ -118,6 +181,14 @@ func (o *Options) Validate() error {
 	return nil
 }
 
+// timeout bounds one run.
+func (o *Options) timeout(vmis int) time.Duration {
+	if o.Timeout > 0 {
+		return o.Timeout
+	}
+	return 5*time.Minute + time.Duration(vmis)*50*time.Millisecond
+}
+
 // Series is the runs of one scenario and parameter point, and the median run.
 type Series struct {
 	Scenario string           `json:"scenario"`
@@ -125,7 +196,8 @@ type Series struct {
 	Runs     []ceiling.Result `json:"runs"`
 }
 
-// Run brings up the cluster if needed, runs the scenario and writes the report.
+// Run brings up the cluster if needed, runs the scenario or suite and
+// writes the report.
 func (o *Options) Run(ctx context.Context, out io.Writer) error {
 	copts, err := cluster.DefaultOptions()
 	if err != nil {
@@ -135,29 +207,33 @@ func (o *Options) Run(ctx context.Context, out io.Writer) error {
 	if _, err := cluster.Up(ctx, copts); err != nil {
 		return err
 	}
-	cfg, err := copts.RESTConfig()
+	e, err := newEnv(o, copts)
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
+	if o.Suite != "" {
+		return e.runSuite(ctx, out)
 	}
-	kv, err := kubevirt.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	if o.Scenarios[0] == ScenarioThroughput {
-		var progress io.Writer = os.Stderr
-		if o.Output == "json" {
-			progress = nil
-		}
-		res, err := o.runThroughput(ctx, copts, client, kv, progress)
+	if _, ok := scenarioDefaults[o.Scenarios[0]]; ok {
+		r, err := e.runScenario(ctx, o.Scenarios[0], o.Out)
 		if err != nil {
 			return err
 		}
-		return o.writeThroughput(out, res)
+		switch o.Output {
+		case "json":
+			return writeJSON(out, r)
+		case "markdown":
+			writeMarkdown(out, []*Report{r})
+		default:
+			r.writeText(out)
+		}
+		return nil
 	}
+	return o.runSeries(ctx, e.kube, e.kv, out)
+}
+
+// runSeries runs the series scenarios side by side.
+func (o *Options) runSeries(ctx context.Context, client kubernetes.Interface, kv *kubevirt.Clientset, out io.Writer) error {
 	var report []Series
 	for _, concurrency := range o.Concurrency {
 		// Scenarios alternate run by run, so that they share the machine's
@@ -166,8 +242,9 @@ func (o *Options) Run(ctx context.Context, out io.Writer) error {
 		for run := range o.Runs {
 			for si, scenario := range o.Scenarios {
 				ns := fmt.Sprintf("bench-%s-c%d-r%d-%d", scenario, concurrency, run, time.Now().Unix())
-				opts := ceiling.Options{Count: o.Count, Concurrency: concurrency, Namespace: ns, Timeout: o.Timeout, Nodes: o.Nodes}
+				opts := ceiling.Options{Count: o.Count, Concurrency: concurrency, Namespace: ns, Timeout: o.timeout(o.Count), Nodes: o.Nodes}
 				var res ceiling.Result
+				var err error
 				if scenario == ScenarioPodCeiling {
 					res, err = ceiling.Pods(ctx, client, opts)
 				} else {
@@ -215,24 +292,6 @@ func (o *Options) write(out io.Writer, report []Series) error {
 			fmt.Fprintf(out, "%s count=%d creators=%d: %.0f/s create→Running (%s total), create %.0f/s, latency p50 %s p95 %s p99 %s; runs %s\n",
 				s.Scenario, m.Count, m.Concurrency, m.PerSecond, round(m.Duration), m.CreatePerSecond, round(m.P50), round(m.P95), round(m.P99), rates(s.Runs))
 		}
-	}
-	return nil
-}
-
-func (o *Options) writeThroughput(out io.Writer, r *ThroughputResult) error {
-	if o.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	fmt.Fprintf(out, "throughput: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s; %d stuck, %d duplicate launcher pods\n",
-		r.VMIs, r.Replicas, r.Running, r.DurationSeconds, r.VMIsPerSecond, r.Stuck, r.DuplicateLauncherPods)
-	fmt.Fprintf(out, "writes per VMI: %.2f %v; events per VMI: %.2f; all clients' writes per VMI: %.2f\n",
-		r.WritesPerVMI.Total, r.WritesPerVMI.ByVerbResource, r.EventsPerVMI, r.AllClientWritesPerVMI)
-	fmt.Fprintf(out, "bare-pod ceiling in the same run: %.1f pods/s; ceilingRatio (API writes/s, VMI run over ceiling run): %.2f\n",
-		r.CeilingPodsPerSecond, r.CeilingRatio)
-	for _, s := range r.ReplicaStats {
-		fmt.Fprintf(out, "  %s: %d ranges, peak RSS %.0f MiB, CPU %.1f s\n", s.Name, s.OwnedRanges, float64(s.PeakRSSBytes)/(1<<20), s.CPUSeconds)
 	}
 	return nil
 }

@@ -12,8 +12,20 @@ func TestParse(t *testing.T) {
 		wantErr bool
 		check   func(*Options) bool
 	}{
-		{"defaults are valid", nil, false, func(o *Options) bool { return slices.Equal(o.Scenarios, []string{ScenarioPodCeiling}) }},
-		{"scenarios run side by side", []string{"--scenario", "pod-ceiling,vmi-stage-ceiling"}, false,
+		{"defaults are valid", nil, false, func(o *Options) bool {
+			return slices.Equal(o.Scenarios, []string{ScenarioThroughput}) && o.VMIs == 2000 && o.Replicas == 3
+		}},
+		{"a scenario brings its defaults", []string{"--scenario", "scale"}, false, func(o *Options) bool { return o.VMIs == 50000 && o.Replicas == 4 }},
+		{"latency runs at KubeVirt's job rate by default", []string{"--scenario", "latency"}, false, func(o *Options) bool { return o.Rate == 10 }},
+		{"flags win over scenario defaults", []string{"--scenario", "latency", "--rate", "0", "--vmis", "7"}, false,
+			func(o *Options) bool { return o.Rate == 0 && o.VMIs == 7 }},
+		{"singleton is 1 active and 1 standby", []string{"--scenario", "singleton", "--replicas", "3"}, true, nil},
+		{"failover needs a survivor", []string{"--scenario", "failover", "--replicas", "1"}, true, nil},
+		{"a VMI scenario runs alone", []string{"--scenario", "latency,scale"}, true, nil},
+		{"an unknown suite is refused", []string{"--suite", "huge"}, true, nil},
+		{"--update needs a suite", []string{"--update", "BENCHMARKS.md"}, true, nil},
+		{"stray arguments are refused", []string{"throughput"}, true, nil},
+		{"series scenarios run side by side", []string{"--scenario", "pod-ceiling,vmi-stage-ceiling"}, false,
 			func(o *Options) bool { return len(o.Scenarios) == 2 }},
 		{"a concurrency list becomes one series each", []string{"--concurrency", "1, 5,20"}, false,
 			func(o *Options) bool { return slices.Equal(o.Concurrency, []int{1, 5, 20}) }},

@@ -42,6 +42,9 @@ type Options struct {
 	Rate float64
 	// Prefix names the VMIs Prefix-00000 and up.
 	Prefix string
+	// Sent, when set, is told each VMI's name and when its create call
+	// started, once the call succeeded.
+	Sent func(name string, at time.Time)
 }
 
 // Create creates opts.Count VMIs and counts them in created; it returns the
@@ -73,11 +76,15 @@ func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *
 					return
 				}
 				name := fmt.Sprintf("%s-%05d", opts.Prefix, i)
+				sent := time.Now()
 				if _, err := kv.VirtualMachineInstances(opts.Namespace).Create(ctx, VMI(name), metav1.CreateOptions{}); err != nil {
 					err = fmt.Errorf("create VMI %s: %w", name, err)
 					firstErr.CompareAndSwap(nil, &err)
 					cancel()
 					return
+				}
+				if opts.Sent != nil {
+					opts.Sent(name, sent)
 				}
 				created.Add(1)
 			}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,44 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/bench/cluster/clustertest"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/bench/workload"
 )
 
 // The scale tests run replicas as separate processes of the real binary,
 // so that one can be killed (SIGKILL) like a crashed pod.
-
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-func controllerBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := cluster.FindRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "virtshard-controller-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "virtshard-controller")
-		out, err := exec.Command("go", "build", "-o", binary, filepath.Join(root, "cmd", "virtshard-controller")).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build virtshard-controller: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
 
 // startProcess starts a replica process watching ns; test cleanup stops it.
 // startProcesses starts n replica processes watching ns; test cleanup stops them.
@@ -61,7 +27,7 @@ func startProcesses(t *testing.T, ns string, n int) []*replicas.Replica {
 	var procs []*replicas.Replica
 	for i := range n {
 		r, err := replicas.Start(replicas.Options{
-			Binary: controllerBinary(t), Kubeconfig: kubeconfig(t), Namespace: ns, WatchNamespace: ns, LogDir: t.TempDir(),
+			Binary: clustertest.ControllerBinary(t), Kubeconfig: kubeconfig(t), Namespace: ns, WatchNamespace: ns, LogDir: t.TempDir(),
 		}, fmt.Sprintf("replica-%d", i))
 		if err != nil {
 			t.Fatal(err)

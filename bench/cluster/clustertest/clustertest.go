@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -76,10 +77,46 @@ func Main(m *testing.M) int {
 	if unsharded != nil {
 		unsharded.Stop()
 	}
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
 	if release != nil {
 		release()
 	}
 	return code
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	binary    string
+	buildErr  error
+)
+
+// ControllerBinary builds virtshard-controller once per test binary, for
+// tests that run replicas as processes, and returns its path.
+func ControllerBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := cluster.FindRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		if buildDir, err = os.MkdirTemp("", "virtshard-controller-"); err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(buildDir, "virtshard-controller")
+		out, err := exec.Command("go", "build", "-o", binary, filepath.Join(root, "cmd", "virtshard-controller")).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build virtshard-controller: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
 }
 
 // Config returns the cluster's rest.Config, failing t if the cluster is not up.

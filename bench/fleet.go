@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/virtshard/virtshard/bench/proc"
+	"github.com/virtshard/virtshard/bench/replicas"
+)
+
+// fleet is a set of controller replica processes, as a StatefulSet would
+// run them: replica i is named virtshard-i and keeps its name on restart.
+type fleet struct {
+	opts    replicas.Options
+	ranges  int
+	mu      sync.Mutex
+	members []*replicas.Replica
+	// profiles collects each replica's CPU profile while it runs (nil: off).
+	profiles *profiles
+}
+
+// startFleet starts n replicas and waits until they hold every range.
+func startFleet(ctx context.Context, opts replicas.Options, n, ranges int, profiles *profiles) (*fleet, error) {
+	f := &fleet{opts: opts, ranges: ranges, members: make([]*replicas.Replica, n), profiles: profiles}
+	for i := range n {
+		if err := f.start(i); err != nil {
+			f.stop()
+			return nil, err
+		}
+	}
+	if _, err := f.waitOwned(ctx, time.Minute); err != nil {
+		f.stop()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *fleet) name(i int) string { return "virtshard-" + strconv.Itoa(i) }
+
+func (f *fleet) start(i int) error {
+	r, err := replicas.Start(f.opts, f.name(i))
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.members[i] = r
+	f.mu.Unlock()
+	if f.profiles != nil {
+		f.profiles.collect(r)
+	}
+	return nil
+}
+
+func (f *fleet) member(i int) *replicas.Replica {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.members[i]
+}
+
+func (f *fleet) live() []*replicas.Replica {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*replicas.Replica
+	for _, r := range f.members {
+		if r != nil && !r.Exited() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// stop hands off and stops every replica, as a scale-down to zero would.
+func (f *fleet) stop() {
+	var wg sync.WaitGroup
+	for _, r := range f.live() {
+		wg.Go(func() { r.Stop(15 * time.Second) })
+	}
+	wg.Wait()
+}
+
+// owned returns the ranges each live replica acts on (lease held, caches
+// synced), by name; a replica that does not answer counts as holding none.
+func (f *fleet) owned(ctx context.Context) map[string]int {
+	out := map[string]int{}
+	for _, r := range f.live() {
+		families, err := r.Metrics(ctx)
+		if err != nil {
+			continue
+		}
+		out[r.ID] = int(replicas.Sum(families, "virtshard_shard_ranges_active", nil))
+	}
+	return out
+}
+
+// waitSettled waits until every range is active and no range has moved for
+// 3 s: after a restart, ranges move back to the new replica one by one.
+func (f *fleet) waitSettled(ctx context.Context, timeout time.Duration) error {
+	var last map[string]int
+	var since time.Time
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		owned := f.owned(ctx)
+		total := 0
+		for _, n := range owned {
+			total += n
+		}
+		if total != f.ranges || !maps.Equal(owned, last) {
+			last, since = owned, time.Now()
+			return false, nil
+		}
+		return time.Since(since) >= 3*time.Second, nil
+	})
+}
+
+// waitOwned polls every 50 ms until the live replicas together hold every
+// range and returns how long that took.
+func (f *fleet) waitOwned(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	return f.waitOwnedWithout(ctx, "", timeout)
+}
+
+// waitOwnedWithout is waitOwned not counting replica leaving, which may
+// still be handing its ranges off.
+func (f *fleet) waitOwnedWithout(ctx context.Context, leaving string, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		total := 0
+		for id, n := range f.owned(ctx) {
+			if id != leaving {
+				total += n
+			}
+		}
+		return total == f.ranges, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("replicas did not hold all %d ranges within %s: %v", f.ranges, timeout, f.owned(ctx))
+	}
+	return time.Since(start), nil
+}
+
+// waitHolding waits until replica id holds ranges and all ranges are held:
+// a restarted replica has rejoined.
+func (f *fleet) waitHolding(ctx context.Context, id string, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		owned := f.owned(ctx)
+		total := 0
+		for _, n := range owned {
+			total += n
+		}
+		return owned[id] > 0 && total == f.ranges, nil
+	})
+}
+
+// rangesLine is the progress display's view of the shard map.
+func (f *fleet) rangesLine(ctx context.Context) string {
+	owned := f.owned(ctx)
+	parts := make([]string, 0, len(f.members))
+	for i := range f.members {
+		if n, ok := owned[f.name(i)]; ok {
+			parts = append(parts, fmt.Sprintf("%d:%d", i, n))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d:-", i))
+		}
+	}
+	return "ranges " + strings.Join(parts, " ")
+}
+
+// ReplicaStats are one replica's figures at the end of a run.
+type ReplicaStats struct {
+	Name         string  `json:"name"`
+	OwnedRanges  int     `json:"ownedRanges"`
+	PeakRSSBytes int64   `json:"peakRSSBytes"`
+	CPUSeconds   float64 `json:"cpuSeconds"`
+	CachedVMIs   int     `json:"cachedVMIs"`
+}
+
+// stats measures every live replica: its own metrics for ranges and cache
+// sizes, /proc for CPU and memory.
+func (f *fleet) stats(ctx context.Context) ([]ReplicaStats, error) {
+	var out []ReplicaStats
+	for _, r := range f.live() {
+		families, err := r.Metrics(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("scrape %s: %w", r.ID, err)
+		}
+		cpu, err := proc.CPUSeconds(r.PID())
+		if err != nil {
+			return nil, err
+		}
+		rss, err := proc.PeakRSSBytes(r.PID())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ReplicaStats{
+			Name:         r.ID,
+			OwnedRanges:  int(replicas.Sum(families, "virtshard_shard_ranges_owned", nil)),
+			PeakRSSBytes: rss,
+			CPUSeconds:   cpu,
+			CachedVMIs:   int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachineinstances"})),
+		})
+	}
+	return out, nil
+}
+
+// writes adds up the live replicas' virtshard_api_writes_total by
+// "verb resource".
+func (f *fleet) writes(ctx context.Context) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, r := range f.live() {
+		families, err := r.Metrics(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("scrape %s: %w", r.ID, err)
+		}
+		for key, v := range replicas.Writes(families) {
+			out[key] += v
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/virtshard/virtshard/bench/replicas"
+)
+
+// profileWindow is the length of each CPU profile fetched from a replica;
+// a run's profile is the merge of its windows, so at most one window is
+// lost when a replica is killed.
+const profileWindow = 5
+
+// profiles fetches CPU profiles from replicas (started with --pprof) for
+// as long as they run, and writes one merged profile per replica name.
+type profiles struct {
+	mu    sync.Mutex
+	byID  map[string][]*profile.Profile
+	wg    sync.WaitGroup
+	ctx   context.Context
+	close context.CancelFunc
+}
+
+func newProfiles(ctx context.Context) *profiles {
+	ctx, cancel := context.WithCancel(ctx)
+	return &profiles{byID: map[string][]*profile.Profile{}, ctx: ctx, close: cancel}
+}
+
+// collect fetches consecutive windows from r until it exits.
+func (p *profiles) collect(r *replicas.Replica) {
+	p.collectFrom(r.ID, r.Exited, func(ctx context.Context) ([]byte, error) {
+		return fetchProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.Address, profileWindow))
+	})
+}
+
+// collectFromAPIServer fetches the API server's own CPU profile (its
+// /debug/pprof, on by default) until the run ends.
+func (p *profiles) collectFromAPIServer(kube kubernetes.Interface) {
+	p.collectFrom("kube-apiserver", func() bool { return false }, func(ctx context.Context) ([]byte, error) {
+		return kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(profileWindow)).Timeout(2 * profileWindow * time.Second).DoRaw(ctx)
+	})
+}
+
+// collectFrom fetches windows from fetch until gone or the run ends. A
+// failed fetch (the process starting or stopping) is retried after a
+// pause; a process without any window is reported by write.
+func (p *profiles) collectFrom(id string, gone func() bool, fetch func(context.Context) ([]byte, error)) {
+	p.mu.Lock()
+	if _, ok := p.byID[id]; !ok {
+		p.byID[id] = nil
+	}
+	p.mu.Unlock()
+	p.wg.Go(func() {
+		for !gone() && p.ctx.Err() == nil {
+			raw, err := fetch(p.ctx)
+			var prof *profile.Profile
+			if err == nil {
+				prof, err = profile.Parse(bytes.NewReader(raw))
+			}
+			if err != nil {
+				select {
+				case <-p.ctx.Done():
+				case <-time.After(500 * time.Millisecond):
+				}
+				continue
+			}
+			p.mu.Lock()
+			p.byID[id] = append(p.byID[id], prof)
+			p.mu.Unlock()
+		}
+	})
+}
+
+// stop ends the collection and waits for the collectors; safe on nil.
+func (p *profiles) stop() {
+	if p != nil {
+		p.close()
+		p.wg.Wait()
+	}
+}
+
+// write merges each replica's windows into DIR/cpu-<name>.pprof.
+func (p *profiles) write(dir string) error {
+	p.stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var missing []string
+	for id, windows := range p.byID {
+		if len(windows) == 0 {
+			missing = append(missing, id)
+			continue
+		}
+		merged, err := profile.Merge(windows)
+		if err != nil {
+			return fmt.Errorf("merge %s's CPU profiles: %w", id, err)
+		}
+		f, err := os.Create(filepath.Join(dir, "cpu-"+id+".pprof"))
+		if err != nil {
+			return err
+		}
+		if err := merged.Write(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no CPU profile came from %v", missing)
+	}
+	return nil
+}
+
+func fetchProfile(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
+	}
+	return body, nil
+}

@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/virtshard/virtshard/bench/ceiling"
+)
+
+// Report is the result of one scenario run: one JSON object.
+type Report struct {
+	Scenario string  `json:"scenario"`
+	VMIs     int     `json:"vmis"`
+	Replicas int     `json:"replicas"`
+	Rate     float64 `json:"rate,omitempty"`
+	Machine  Machine `json:"machine"`
+
+	Running               int     `json:"running"`
+	DuplicateLauncherPods int     `json:"duplicateLauncherPods"`
+	Stuck                 int     `json:"stuck"`
+	DurationSeconds       float64 `json:"durationSeconds"`
+	VMIsPerSecond         float64 `json:"vmisPerSecond"`
+
+	// CeilingPodsPerSecond is the bare-pod ceiling measured in the same
+	// invocation; CeilingRatio is the API server's mutating requests per
+	// second during the VMI run over the same during the ceiling run, both
+	// from its own apiserver_request_total.
+	CeilingPodsPerSecond float64 `json:"ceilingPodsPerSecond,omitempty"`
+	CeilingRatio         float64 `json:"ceilingRatio,omitempty"`
+
+	// LatencySeconds is creation → Running from phaseTransitionTimestamps
+	// (KubeVirt's definition: creationTimestamp has whole seconds);
+	// HandoffLatencySeconds the same to Scheduled, the controller's part;
+	// ObservedLatencySeconds from the bench's create call to its watch
+	// seeing Running, to the millisecond.
+	LatencySeconds         Percentiles `json:"latencySeconds"`
+	HandoffLatencySeconds  Percentiles `json:"handoffLatencySeconds"`
+	ObservedLatencySeconds Percentiles `json:"observedLatencySeconds"`
+
+	WritesPerVMI          WritesPerVMI   `json:"writesPerVMI"`
+	EventsPerVMI          float64        `json:"eventsPerVMI"`
+	AllClientWritesPerVMI float64        `json:"allClientWritesPerVMI"`
+	ReplicaStats          []ReplicaStats `json:"replicaStats"`
+	// ClusterCPUSeconds is each control-plane process's CPU time during the
+	// VMI run: where the machine's two cores went.
+	ClusterCPUSeconds map[string]float64 `json:"clusterCPUSeconds,omitempty"`
+	// CeilingClusterCPUSeconds is the same during the bare-pod ceiling run.
+	CeilingClusterCPUSeconds map[string]float64 `json:"ceilingClusterCPUSeconds,omitempty"`
+
+	// Scale: throughput in the first and last tenth of the run.
+	FirstTenthVMIsPerSecond float64 `json:"firstTenthVMIsPerSecond,omitempty"`
+	LastTenthVMIsPerSecond  float64 `json:"lastTenthVMIsPerSecond,omitempty"`
+
+	// Failover and rolling: time until a stopped replica's ranges were held
+	// again, the worst one, and each handoff.
+	TakeoverSeconds float64   `json:"takeoverSeconds,omitempty"`
+	HandoffSeconds  []float64 `json:"handoffSeconds,omitempty"`
+	// FaultLatencySeconds is LatencySeconds of the VMIs created from a fault
+	// until its ranges were held again plus 5 s.
+	FaultLatencySeconds *Percentiles `json:"faultLatencySeconds,omitempty"`
+
+	// Latency scenario: the open-loop runs (at --rate and at half the
+	// throughput measured first).
+	LatencyRuns []LatencyRun `json:"latencyRuns,omitempty"`
+
+	Timeline []Sample `json:"timeline,omitempty"`
+}
+
+// Machine is where the run happened.
+type Machine struct {
+	Cores       int   `json:"cores"`
+	MemoryBytes int64 `json:"memoryBytes"`
+	Nodes       int   `json:"kwokNodes"`
+}
+
+// Percentiles of a latency, in seconds.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+}
+
+func percentiles(sorted []time.Duration) Percentiles {
+	return Percentiles{
+		P50: ceiling.Percentile(sorted, 0.50).Seconds(),
+		P95: ceiling.Percentile(sorted, 0.95).Seconds(),
+		P99: ceiling.Percentile(sorted, 0.99).Seconds(),
+	}
+}
+
+// LatencyRun is one open-loop run of the latency scenario.
+type LatencyRun struct {
+	Rate            float64     `json:"rate"`
+	VMIs            int         `json:"vmis"`
+	Running         int         `json:"running"`
+	LatencySeconds  Percentiles `json:"latencySeconds"`
+	HandoffSeconds  Percentiles `json:"handoffLatencySeconds"`
+	ObservedSeconds Percentiles `json:"observedLatencySeconds"`
+}
+
+// WritesPerVMI is the controllers' writes to pods and VMIs per VMI.
+type WritesPerVMI struct {
+	Total          float64            `json:"total"`
+	ByVerbResource map[string]float64 `json:"byVerbResource"`
+}
+
+func writeJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeText prints the report for a person.
+func (r *Report) writeText(out io.Writer) {
+	if r.Scenario == ScenarioCeiling {
+		fmt.Fprintf(out, "ceiling: %d bare pods Running in %.1f s = %.1f pods/s; latency p50/p95/p99 %s\n",
+			r.Running, r.DurationSeconds, r.CeilingPodsPerSecond, r.ObservedLatencySeconds)
+		fmt.Fprintf(out, "control plane CPU seconds: %s\n", sortedMap(r.CeilingClusterCPUSeconds))
+		return
+	}
+	fmt.Fprintf(out, "%s: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s; %d stuck, %d duplicate launcher pods\n",
+		r.Scenario, r.VMIs, r.Replicas, r.Running, r.DurationSeconds, r.VMIsPerSecond, r.Stuck, r.DuplicateLauncherPods)
+	fmt.Fprintf(out, "latency creation→Running p50/p95/p99 %s (to Scheduled %s; observed by the bench %s)\n",
+		r.LatencySeconds, r.HandoffLatencySeconds, r.ObservedLatencySeconds)
+	for _, l := range r.LatencyRuns {
+		fmt.Fprintf(out, "  open loop at %.1f VMIs/s, %d VMIs: creation→Running %s (to Scheduled %s; observed %s)\n",
+			l.Rate, l.VMIs, l.LatencySeconds, l.HandoffSeconds, l.ObservedSeconds)
+	}
+	fmt.Fprintf(out, "writes per VMI: %.2f %s; events per VMI: %.2f; all clients' writes per VMI: %.2f\n",
+		r.WritesPerVMI.Total, sortedMap(r.WritesPerVMI.ByVerbResource), r.EventsPerVMI, r.AllClientWritesPerVMI)
+	if r.CeilingPodsPerSecond > 0 {
+		fmt.Fprintf(out, "bare-pod ceiling in the same run: %.1f pods/s; ceilingRatio: %.2f\n", r.CeilingPodsPerSecond, r.CeilingRatio)
+	}
+	if r.LastTenthVMIsPerSecond > 0 {
+		fmt.Fprintf(out, "VMIs/s in the first tenth %.1f, in the last tenth %.1f\n", r.FirstTenthVMIsPerSecond, r.LastTenthVMIsPerSecond)
+	}
+	if len(r.HandoffSeconds) > 0 {
+		fmt.Fprintf(out, "takeover %.2f s (each: %v)\n", r.TakeoverSeconds, r.HandoffSeconds)
+	}
+	if r.FaultLatencySeconds != nil {
+		fmt.Fprintf(out, "latency of VMIs created during the fault: %s\n", *r.FaultLatencySeconds)
+	}
+	if len(r.ClusterCPUSeconds) > 0 {
+		fmt.Fprintf(out, "control plane CPU seconds during the VMI run: %s\n", sortedMap(r.ClusterCPUSeconds))
+	}
+	if len(r.CeilingClusterCPUSeconds) > 0 {
+		fmt.Fprintf(out, "control plane CPU seconds during the ceiling run: %s\n", sortedMap(r.CeilingClusterCPUSeconds))
+	}
+	for _, s := range r.ReplicaStats {
+		fmt.Fprintf(out, "  %s: %d ranges, %d cached VMIs, peak RSS %.0f MiB, CPU %.1f s\n",
+			s.Name, s.OwnedRanges, s.CachedVMIs, float64(s.PeakRSSBytes)/(1<<20), s.CPUSeconds)
+	}
+}
+
+func (p Percentiles) String() string { return fmt.Sprintf("%.2f/%.2f/%.2f s", p.P50, p.P95, p.P99) }
+
+func sortedMap(m map[string]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%.2f", k, m[k]))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}

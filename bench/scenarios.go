@@ -1,0 +1,516 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/virtshard/virtshard/bench/ceiling"
+	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/bench/proc"
+	"github.com/virtshard/virtshard/bench/replicas"
+	"github.com/virtshard/virtshard/bench/workload"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+)
+
+// env is what every scenario runs against: the local cluster and its
+// clients.
+type env struct {
+	o        *Options
+	copts    cluster.Options
+	kube     kubernetes.Interface
+	kv       *kubevirt.Clientset
+	progress io.Writer
+}
+
+func newEnv(o *Options, copts cluster.Options) (*env, error) {
+	cfg, err := copts.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := kubevirt.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var progress io.Writer = os.Stderr
+	if o.Output == "json" {
+		progress = nil
+	}
+	return &env{o: o, copts: copts, kube: kube, kv: kv, progress: progress}, nil
+}
+
+func (e *env) logf(format string, args ...any) {
+	if e.progress != nil {
+		fmt.Fprintf(e.progress, format+"\n", args...)
+	}
+}
+
+func (e *env) machine() Machine {
+	var info syscall.Sysinfo_t
+	_ = syscall.Sysinfo(&info)
+	return Machine{Cores: runtime.NumCPU(), MemoryBytes: int64(info.Totalram) * int64(info.Unit), Nodes: e.o.Nodes}
+}
+
+// namespace creates a namespace and returns a func that deletes it and
+// waits until it is gone, so the next run does not pay for this one's
+// cleanup.
+func (e *env) namespace(ctx context.Context, name string) (func(), error) {
+	if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return func() {
+		_ = e.kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		_ = ceiling.WaitGone(ctx, e.kube, name)
+	}, nil
+}
+
+// clusterCPU reads each control-plane process's CPU seconds so far.
+func (e *env) clusterCPU() map[string]float64 {
+	dir := filepath.Join(e.copts.Workdir(), "clusters", e.copts.Name, "pids")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
+	out := map[string]float64{}
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err != nil {
+			continue
+		}
+		if cpu, err := proc.CPUSeconds(pid); err == nil {
+			out[strings.TrimSuffix(filepath.Base(file), ".pid")] = cpu
+		}
+	}
+	return out
+}
+
+// vmiRun is one scenario run with VMIs and controller replicas.
+type vmiRun struct {
+	*env
+	scenario string
+	vmis     int
+	replicas int
+	rate     float64
+	ns       string
+	fleet    *fleet
+	profiles *profiles
+	// cdfs are the latency distributions measured, for the plots.
+	cdfs []cdf
+	// retired are the writes counted by replicas that were stopped.
+	retiredMu sync.Mutex
+	retired   map[string]float64
+}
+
+// runScenario runs one VMI scenario and, when out is set, writes its raw
+// data, plots and profiles there.
+func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, error) {
+	o := e.o
+	if scenario == ScenarioCeiling {
+		return e.runCeiling(ctx, o.VMIs)
+	}
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+	r := &vmiRun{env: e, scenario: scenario, vmis: o.VMIs, replicas: o.Replicas, rate: o.Rate,
+		ns: "bench-" + scenario + "-" + suffix, retired: map[string]float64{}}
+	leases := "bench-leases-" + suffix
+	for _, name := range []string{r.ns, leases} {
+		cleanup, err := e.namespace(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		defer cleanup()
+	}
+	binary, err := filepath.Abs(o.Controller)
+	if err != nil {
+		return nil, err
+	}
+	ranges, args := o.Ranges, []string{"--pprof", "--ranges", strconv.Itoa(o.Ranges)}
+	if scenario == ScenarioSingleton {
+		// One range: its holder is the active replica, the other waits with
+		// cold caches, as KubeVirt's active/passive virt-controller does.
+		ranges, args = 1, []string{"--pprof", "--ranges", "1"}
+	}
+	if out != "" {
+		r.profiles = newProfiles(ctx)
+		r.profiles.collectFromAPIServer(e.kube)
+		defer r.profiles.stop()
+	}
+	ropts := replicas.Options{Binary: binary, Kubeconfig: e.copts.KubeconfigPath(), Namespace: leases, WatchNamespace: r.ns,
+		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: args}
+	e.logf("%s: starting %d replicas (logs in %s)", scenario, r.replicas, ropts.LogDir)
+	r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles)
+	if err != nil {
+		return nil, err
+	}
+	defer r.fleet.stop()
+
+	var report *Report
+	switch scenario {
+	case ScenarioThroughput, ScenarioSingleton, ScenarioScale:
+		report, err = r.burst(ctx, scenario == ScenarioThroughput)
+	case ScenarioLatency:
+		report, err = r.latency(ctx)
+	case ScenarioFailover:
+		report, err = r.failover(ctx)
+	case ScenarioRolling:
+		report, err = r.rolling(ctx)
+	default:
+		err = fmt.Errorf("no such scenario %q", scenario)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if out != "" {
+		if err := r.writeOut(out, report); err != nil {
+			return nil, err
+		}
+	}
+	return report, nil
+}
+
+// runCeiling is the bare-pod ceiling: pods/s through the same path as a
+// launcher pod, with no controller.
+func (e *env) runCeiling(ctx context.Context, count int) (*Report, error) {
+	ns := "bench-ceiling-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	res, err := e.ceiling(ctx, ns, count)
+	if err != nil {
+		return nil, err
+	}
+	return &Report{Scenario: ScenarioCeiling, VMIs: count, Machine: e.machine(), Running: res.Count,
+		DurationSeconds: res.Duration.Seconds(), CeilingPodsPerSecond: res.PerSecond, CeilingClusterCPUSeconds: res.clusterCPU,
+		ObservedLatencySeconds: Percentiles{P50: res.P50.Seconds(), P95: res.P95.Seconds(), P99: res.P99.Seconds()}}, nil
+}
+
+// ceilingRun is the bare-pod ceiling's result, the API server's mutating
+// requests per second and the control plane's CPU seconds during it.
+type ceilingRun struct {
+	ceiling.Result
+	writesPerSecond float64
+	clusterCPU      map[string]float64
+}
+
+// ceiling runs count bare pods.
+func (e *env) ceiling(ctx context.Context, ns string, count int) (*ceilingRun, error) {
+	e.logf("ceiling: %d bare pods", count)
+	cpuBefore := e.clusterCPU()
+	before, err := serverWrites(ctx, e.kube)
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's request counters: %w", err)
+	}
+	res, err := ceiling.Pods(ctx, e.kube, ceiling.Options{Count: count, Concurrency: e.o.Creators, Namespace: ns, Timeout: e.o.timeout(count)})
+	if err != nil {
+		return nil, fmt.Errorf("ceiling run: %w", err)
+	}
+	after, err := serverWrites(ctx, e.kube)
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's request counters: %w", err)
+	}
+	run := &ceilingRun{Result: res, writesPerSecond: (after - before) / res.Duration.Seconds(), clusterCPU: cpuDelta(cpuBefore, e.clusterCPU())}
+	if err := ceiling.WaitGone(ctx, e.kube, ns); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+func cpuDelta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for name, v := range after {
+		out[name] = v - before[name]
+	}
+	return out
+}
+
+// newFlow returns a flow of count VMIs at rate into the run's namespace.
+func (r *vmiRun) newFlow(prefix string, count int, rate float64) *flow {
+	return newFlow(r.kv, flowOptions{Namespace: r.ns, Prefix: prefix, Count: count, Creators: r.o.Creators, Rate: rate,
+		Timeout: r.o.timeout(count), Stall: 2 * time.Minute, Progress: r.progress, Ranges: r.fleet.rangesLine})
+}
+
+// measured is a flow run with the API server's and the replicas' counters
+// read around it.
+type measured struct {
+	*flowResult
+	serverWrites float64
+	clusterCPU   map[string]float64
+}
+
+func (r *vmiRun) measure(ctx context.Context, f *flow) (*measured, error) {
+	before, err := serverWrites(ctx, r.kube)
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's request counters: %w", err)
+	}
+	cpuBefore := r.clusterCPU()
+	res, err := f.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	after, err := serverWrites(ctx, r.kube)
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's request counters: %w", err)
+	}
+	return &measured{flowResult: res, serverWrites: after - before, clusterCPU: cpuDelta(cpuBefore, r.clusterCPU())}, nil
+}
+
+// report fills the figures every VMI scenario has, from flow m; the
+// replicas' writes are divided by created, every VMI of the run.
+func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report, error) {
+	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Rate: r.rate, Machine: r.machine(),
+		Running: m.Running, Stuck: r.vmis - m.Running, DurationSeconds: m.Duration.Seconds(),
+		LatencySeconds: percentiles(m.Latency), HandoffLatencySeconds: percentiles(m.Handoff), ObservedLatencySeconds: percentiles(m.Observed),
+		AllClientWritesPerVMI: m.serverWrites / float64(r.vmis), ClusterCPUSeconds: m.clusterCPU, Timeline: m.Samples,
+		WritesPerVMI: WritesPerVMI{ByVerbResource: map[string]float64{}}}
+	if m.Duration > 0 {
+		rep.VMIsPerSecond = float64(m.Running) / m.Duration.Seconds()
+	}
+	var err error
+	if _, rep.DuplicateLauncherPods, err = workload.LauncherPods(ctx, r.kube, r.ns); err != nil {
+		return nil, err
+	}
+	writes, err := r.fleet.writes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.retiredMu.Lock()
+	for key, v := range r.retired {
+		writes[key] += v
+	}
+	r.retiredMu.Unlock()
+	for key, v := range writes {
+		switch {
+		case replicas.ControllerWrite(key):
+			rep.WritesPerVMI.ByVerbResource[key] = v / float64(created)
+			rep.WritesPerVMI.Total += v / float64(created)
+		case key == "create events":
+			rep.EventsPerVMI = v / float64(created)
+		}
+	}
+	if err := r.fleet.waitSettled(ctx, time.Minute); err != nil {
+		return nil, fmt.Errorf("ranges did not settle after the run: %w", err)
+	}
+	if rep.ReplicaStats, err = r.fleet.stats(ctx); err != nil {
+		return nil, err
+	}
+	rep.FirstTenthVMIsPerSecond, rep.LastTenthVMIsPerSecond = tenths(m.Samples, m.Running)
+	r.cdfs = append(r.cdfs, cdf{"creation→Running (timestamps)", m.Latency}, cdf{"creation→Scheduled (timestamps)", m.Handoff},
+		cdf{"observed by the bench", m.Observed})
+	return rep, nil
+}
+
+// retire counts a replica's writes before it is stopped or killed.
+func (r *vmiRun) retire(ctx context.Context, rep *replicas.Replica) {
+	families, err := rep.Metrics(ctx)
+	if err != nil {
+		return
+	}
+	r.retiredMu.Lock()
+	defer r.retiredMu.Unlock()
+	for key, v := range replicas.Writes(families) {
+		r.retired[key] += v
+	}
+}
+
+// tenths returns the VMIs/s to Running in the first and the last tenth of
+// the VMIs: time for the first running/10 to be Running, and for the last.
+func tenths(samples []Sample, running int) (first, last float64) {
+	tenth := running / 10
+	if tenth == 0 || len(samples) == 0 {
+		return 0, 0
+	}
+	at := func(n int) float64 {
+		for _, s := range samples {
+			if s.Running >= n {
+				return s.Seconds
+			}
+		}
+		return samples[len(samples)-1].Seconds
+	}
+	if d := at(tenth); d > 0 {
+		first = float64(tenth) / d
+	}
+	if d := at(running) - at(running-tenth); d > 0 {
+		last = float64(tenth) / d
+	}
+	return first, last
+}
+
+// burst runs every VMI at --rate (as fast as possible by default); with
+// ceiling, the bare-pod ceiling runs first, in the same invocation.
+func (r *vmiRun) burst(ctx context.Context, withCeiling bool) (*Report, error) {
+	var ceil *ceilingRun
+	if withCeiling {
+		var err error
+		if ceil, err = r.ceiling(ctx, r.ns+"-ceiling", r.vmis); err != nil {
+			return nil, err
+		}
+	}
+	m, err := r.measure(ctx, r.newFlow("vmi", r.vmis, r.rate))
+	if err != nil {
+		return nil, err
+	}
+	rep, err := r.report(ctx, m, r.vmis)
+	if err != nil {
+		return nil, err
+	}
+	if ceil != nil && m.Duration > 0 {
+		rep.CeilingPodsPerSecond = ceil.PerSecond
+		rep.CeilingRatio = m.serverWrites / m.Duration.Seconds() / ceil.writesPerSecond
+		rep.CeilingClusterCPUSeconds = ceil.clusterCPU
+	}
+	return rep, nil
+}
+
+// latency measures the throughput with a burst, then runs open loops at
+// --rate and at half that throughput; the report's latency is the one at
+// --rate.
+func (r *vmiRun) latency(ctx context.Context) (*Report, error) {
+	burst := r.newFlow("burst", r.vmis, 0)
+	b, err := burst.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if b.Running < r.vmis || b.Duration <= 0 {
+		return nil, fmt.Errorf("latency: the throughput burst left %d of %d VMIs not Running", r.vmis-b.Running, r.vmis)
+	}
+	half := float64(b.Running) / b.Duration.Seconds() / 2
+	var atRate *measured
+	var runs []LatencyRun
+	for i, rate := range []float64{r.rate, half} {
+		m, err := r.measure(ctx, r.newFlow(fmt.Sprintf("open%d", i), r.vmis, rate))
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, LatencyRun{Rate: rate, VMIs: r.vmis, Running: m.Running, LatencySeconds: percentiles(m.Latency),
+			HandoffSeconds: percentiles(m.Handoff), ObservedSeconds: percentiles(m.Observed)})
+		if i == 0 {
+			atRate = m
+		} else {
+			r.cdfs = append(r.cdfs, cdf{fmt.Sprintf("creation→Running at %.0f/s", rate), m.Latency})
+		}
+	}
+	// Writes and duplicates count every VMI of the three flows.
+	rep, err := r.report(ctx, atRate, 3*r.vmis)
+	if err != nil {
+		return nil, err
+	}
+	rep.LatencyRuns = runs
+	return rep, nil
+}
+
+// failover kills one replica with SIGKILL once a quarter of the VMIs are
+// Running, measures until its ranges are held again, and starts it again,
+// as the StatefulSet controller would.
+func (r *vmiRun) failover(ctx context.Context) (*Report, error) {
+	f := r.newFlow("vmi", r.vmis, r.rate)
+	var takeover time.Duration
+	var killedAt time.Time
+	faultErr := make(chan error, 1)
+	go func() {
+		faultErr <- func() error {
+			if err := f.waitRunning(ctx, r.vmis/4); err != nil {
+				return err
+			}
+			victim := r.fleet.member(1)
+			r.retire(ctx, victim)
+			r.logf("failover: kill -9 %s", victim.ID)
+			killedAt = time.Now()
+			victim.Kill()
+			if _, err := r.fleet.waitOwned(ctx, time.Minute); err != nil {
+				return err
+			}
+			takeover = time.Since(killedAt)
+			// The StatefulSet controller starts it again.
+			if err := r.fleet.start(1); err != nil {
+				return err
+			}
+			return r.fleet.waitHolding(ctx, r.fleet.name(1), time.Minute)
+		}()
+	}()
+	m, err := r.measure(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if err := <-faultErr; err != nil {
+		return nil, fmt.Errorf("failover: %w", err)
+	}
+	rep, err := r.report(ctx, m, r.vmis)
+	if err != nil {
+		return nil, err
+	}
+	rep.TakeoverSeconds = takeover.Seconds()
+	rep.HandoffSeconds = []float64{takeover.Seconds()}
+	fault := percentiles(m.observedBetween(killedAt, killedAt.Add(takeover+5*time.Second)))
+	rep.FaultLatencySeconds = &fault
+	return rep, nil
+}
+
+// rolling restarts every replica in turn with SIGTERM, as a StatefulSet
+// rolling update does, while the VMIs flow. A handoff is the time from the
+// SIGTERM until the other replicas hold every range.
+func (r *vmiRun) rolling(ctx context.Context) (*Report, error) {
+	f := r.newFlow("vmi", r.vmis, r.rate)
+	var handoffs []float64
+	faultErr := make(chan error, 1)
+	go func() {
+		faultErr <- func() error {
+			if err := f.waitRunning(ctx, r.vmis/10); err != nil {
+				return err
+			}
+			// Highest ordinal first, as the StatefulSet controller updates.
+			for i := r.replicas - 1; i >= 0; i-- {
+				old := r.fleet.member(i)
+				r.retire(ctx, old)
+				r.logf("rolling: SIGTERM %s", old.ID)
+				stopped := time.Now()
+				done := make(chan struct{})
+				go func() { old.Stop(30 * time.Second); close(done) }()
+				if _, err := r.fleet.waitOwnedWithout(ctx, old.ID, time.Minute); err != nil {
+					return err
+				}
+				handoffs = append(handoffs, time.Since(stopped).Seconds())
+				<-done
+				if err := r.fleet.start(i); err != nil {
+					return err
+				}
+				if err := r.fleet.waitHolding(ctx, r.fleet.name(i), time.Minute); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	}()
+	m, err := r.measure(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if err := <-faultErr; err != nil {
+		return nil, fmt.Errorf("rolling: %w", err)
+	}
+	rep, err := r.report(ctx, m, r.vmis)
+	if err != nil {
+		return nil, err
+	}
+	rep.HandoffSeconds = handoffs
+	for _, h := range handoffs {
+		rep.TakeoverSeconds = max(rep.TakeoverSeconds, h)
+	}
+	return rep, nil
+}

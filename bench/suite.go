@@ -1,0 +1,299 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/virtshard/virtshard/bench/plot"
+)
+
+// suiteRun is one scenario run of a suite.
+type suiteRun struct {
+	scenario string
+	vmis     int
+	replicas int
+	rate     float64
+}
+
+func (s suiteRun) dir() string { return fmt.Sprintf("%s-%d-r%d", s.scenario, s.vmis, s.replicas) }
+
+// suites: full is every scenario at the size its goal names (make bench);
+// smoke is each small, in a few minutes (make bench-smoke, and make test).
+var suites = map[string][]suiteRun{
+	SuiteFull: {
+		{ScenarioThroughput, 3000, 1, 0},
+		{ScenarioThroughput, 3000, 2, 0},
+		{ScenarioThroughput, 3000, 3, 0},
+		{ScenarioThroughput, 3000, 4, 0},
+		{ScenarioSingleton, 3000, 2, 0},
+		{ScenarioLatency, 1000, 3, 10},
+		{ScenarioFailover, 4000, 4, 0},
+		{ScenarioRolling, 4000, 4, 0},
+		{ScenarioScale, 10000, 1, 0},
+		{ScenarioScale, 10000, 4, 0},
+		{ScenarioScale, 50000, 4, 0},
+	},
+	SuiteSmoke: {
+		{ScenarioCeiling, 200, 0, 0},
+		{ScenarioThroughput, 300, 3, 0},
+		{ScenarioSingleton, 200, 2, 0},
+		{ScenarioLatency, 100, 3, 10},
+		{ScenarioScale, 500, 4, 0},
+		{ScenarioFailover, 400, 4, 0},
+		{ScenarioRolling, 400, 4, 0},
+	},
+}
+
+// runSuite runs every scenario of the suite in turn, then writes the
+// markdown summary to out (and into --update's generated section).
+func (e *env) runSuite(ctx context.Context, out io.Writer) error {
+	// A failed run does not discard the others: the summary shows what was
+	// measured, and the error is returned after it.
+	reports, runErr := e.suiteReports(ctx)
+	if len(reports) == 0 {
+		return runErr
+	}
+	var md bytes.Buffer
+	if err := e.summary(&md, reports); err != nil {
+		return err
+	}
+	if e.o.Update != "" {
+		if err := updateGenerated(e.o.Update, md.String()); err != nil {
+			return err
+		}
+	}
+	if e.o.Output == "json" {
+		if err := writeJSON(out, reports); err != nil {
+			return err
+		}
+	} else if _, err := out.Write(md.Bytes()); err != nil {
+		return err
+	}
+	return runErr
+}
+
+// suiteReports runs the suite and returns the reports of the runs that
+// succeeded, in order, and the errors of the others.
+func (e *env) suiteReports(ctx context.Context) ([]*Report, error) {
+	var reports []*Report
+	var errs []error
+	for _, run := range suites[e.o.Suite] {
+		o := *e.o
+		o.VMIs, o.Replicas, o.Rate = run.vmis, run.replicas, run.rate
+		sub := *e
+		sub.o = &o
+		dir := ""
+		if e.o.Out != "" {
+			dir = filepath.Join(e.o.Out, run.dir())
+		}
+		e.logf("== %s: %d VMIs, %d replicas", run.scenario, run.vmis, run.replicas)
+		start := time.Now()
+		rep, err := sub.runScenario(ctx, run.scenario, dir)
+		if err != nil {
+			e.logf("== %s failed: %v", run.dir(), err)
+			errs = append(errs, fmt.Errorf("%s: %w", run.dir(), err))
+			continue
+		}
+		e.logf("== %s done in %s", run.dir(), time.Since(start).Round(time.Second))
+		if e.progress != nil {
+			rep.writeText(e.progress)
+		}
+		reports = append(reports, rep)
+	}
+	return reports, errors.Join(errs...)
+}
+
+// find returns the suite's report of scenario with the given replicas
+// (any when replicas is 0) and the most VMIs.
+func find(reports []*Report, scenario string, replicas int) *Report {
+	var best *Report
+	for _, r := range reports {
+		if r.Scenario == scenario && (replicas == 0 || r.Replicas == replicas) && (best == nil || r.VMIs > best.VMIs) {
+			best = r
+		}
+	}
+	return best
+}
+
+// goal is one "done when" line of the bench, judged on measured figures.
+type goal struct {
+	name, target, measured string
+	met                    bool
+}
+
+// goals judges the suite's reports against the project's goals; a goal
+// whose scenario is not in the suite is left out.
+func goals(reports []*Report) []goal {
+	var out []goal
+	if r := find(reports, ScenarioScale, 4); r != nil && r.VMIs >= 50000 {
+		out = append(out, goal{"scale: all Running at 50,000 VMIs, 4 replicas", "0 stuck, 0 duplicates, last tenth ≥ 0.8 × first tenth",
+			fmt.Sprintf("%d Running, %d stuck, %d duplicates, %.1f vs %.1f VMIs/s (%.2f×)", r.Running, r.Stuck, r.DuplicateLauncherPods,
+				r.LastTenthVMIsPerSecond, r.FirstTenthVMIsPerSecond, r.LastTenthVMIsPerSecond/r.FirstTenthVMIsPerSecond),
+			r.Stuck == 0 && r.DuplicateLauncherPods == 0 && r.LastTenthVMIsPerSecond >= 0.8*r.FirstTenthVMIsPerSecond})
+	}
+	if r := find(reports, ScenarioThroughput, 3); r != nil {
+		out = append(out,
+			goal{"throughput: controller writes per VMI", "≤ 2.0", fmt.Sprintf("%.2f", r.WritesPerVMI.Total), r.WritesPerVMI.Total <= 2.0},
+			goal{"throughput: ceilingRatio, 3 replicas", "≥ 0.8", fmt.Sprintf("%.2f", r.CeilingRatio), r.CeilingRatio >= 0.8})
+	}
+	if r := find(reports, ScenarioLatency, 0); r != nil {
+		out = append(out, goal{fmt.Sprintf("latency at %.0f VMIs/s: creation→Running p99", r.Rate), "≤ 1.0 s",
+			fmt.Sprintf("%.2f s (observed by the bench: %.2f s)", r.LatencySeconds.P99, r.ObservedLatencySeconds.P99), r.LatencySeconds.P99 <= 1.0})
+	}
+	one, four := smallestScale(reports, 1), smallestScale(reports, 4)
+	if one != nil && four != nil && one.VMIs == four.VMIs && len(one.ReplicaStats) == 1 {
+		worst := 0.0
+		for _, s := range four.ReplicaStats {
+			worst = max(worst, float64(s.PeakRSSBytes)/float64(one.ReplicaStats[0].PeakRSSBytes))
+		}
+		out = append(out, goal{fmt.Sprintf("scale at %d VMIs: each of 4 replicas' peak RSS / 1 replica's", one.VMIs), "≤ 0.35",
+			fmt.Sprintf("%.2f", worst), worst <= 0.35})
+	}
+	if r := find(reports, ScenarioFailover, 0); r != nil {
+		out = append(out, goal{"failover: takeover after kill -9", "≤ lease duration + 2 s = 12 s", fmt.Sprintf("%.2f s", r.TakeoverSeconds),
+			r.TakeoverSeconds <= 12 && r.Stuck == 0 && r.DuplicateLauncherPods == 0})
+	}
+	if r := find(reports, ScenarioRolling, 0); r != nil {
+		out = append(out, goal{"rolling: every handoff", "≤ 2 s", fmt.Sprintf("max %.2f s of %d", r.TakeoverSeconds, len(r.HandoffSeconds)),
+			r.TakeoverSeconds <= 2 && r.Stuck == 0 && r.DuplicateLauncherPods == 0})
+	}
+	return out
+}
+
+func smallestScale(reports []*Report, replicas int) *Report {
+	var best *Report
+	for _, r := range reports {
+		if r.Scenario == ScenarioScale && r.Replicas == replicas && (best == nil || r.VMIs < best.VMIs) {
+			best = r
+		}
+	}
+	return best
+}
+
+// summary writes the suite's markdown: machine, goals, the side-by-side
+// table, one row per run, and the plots.
+func (e *env) summary(w io.Writer, reports []*Report) error {
+	m := e.machine()
+	fmt.Fprintf(w, "Measured %s by `%s` on %d cores, %.0f GiB, %d kwok nodes.\n\n", time.Now().UTC().Format("2006-01-02"),
+		suiteCommand(e.o.Suite), m.Cores, float64(m.MemoryBytes)/(1<<30), m.Nodes)
+	if gs := goals(reports); len(gs) > 0 {
+		fmt.Fprintf(w, "| goal | target | measured | met |\n|---|---|---|---|\n")
+		for _, g := range gs {
+			met := "**missed**"
+			if g.met {
+				met = "yes"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.name, g.target, g.measured, met)
+		}
+		fmt.Fprintln(w)
+	}
+	writeMarkdown(w, reports)
+	if e.o.Out == "" {
+		return nil
+	}
+	rel := func(path string) string {
+		if e.o.Update == "" {
+			return path
+		}
+		r, err := filepath.Rel(filepath.Dir(e.o.Update), path)
+		if err != nil {
+			return path
+		}
+		return r
+	}
+	one, four := smallestScale(reports, 1), smallestScale(reports, 4)
+	if one != nil && four != nil && one.VMIs == four.VMIs {
+		var bars []plot.Bar
+		for _, r := range []*Report{one, four} {
+			for _, s := range r.ReplicaStats {
+				bars = append(bars, plot.Bar{Label: fmt.Sprintf("%d: %s", r.Replicas, strings.TrimPrefix(s.Name, "virtshard-")), Value: float64(s.PeakRSSBytes) / (1 << 20)})
+			}
+		}
+		path := filepath.Join(e.o.Out, "rss-1-vs-4.svg")
+		if err := writeFile(path, func(f *os.File) error {
+			return plot.Bars(f, plot.Chart{Title: fmt.Sprintf("peak RSS per replica at %d VMIs: 1 replica vs 4", one.VMIs), XLabel: "replicas: replica", YLabel: "MiB"}, bars)
+		}); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\n![peak RSS per replica, 1 vs 4 replicas](%s)\n", rel(path))
+	}
+	for _, run := range suites[e.o.Suite] {
+		if run.scenario == ScenarioCeiling {
+			continue
+		}
+		dir := filepath.Join(e.o.Out, run.dir())
+		fmt.Fprintf(w, "\n%s: ![throughput over time](%s) ![latency CDF](%s)\n", run.dir(),
+			rel(filepath.Join(dir, "throughput.svg")), rel(filepath.Join(dir, "latency-cdf.svg")))
+	}
+	return nil
+}
+
+func suiteCommand(suite string) string {
+	if suite == SuiteFull {
+		return "make bench"
+	}
+	return "make bench-smoke"
+}
+
+// writeMarkdown writes one table row per report.
+func writeMarkdown(w io.Writer, reports []*Report) {
+	fmt.Fprintln(w, "| scenario | VMIs | replicas | rate | Running | stuck | dup. pods | VMIs/s | ceiling pods/s | ceilingRatio | creation→Running p50/p95/p99 | controller writes/VMI | all writes/VMI | takeover | peak RSS per replica | CPU s per replica | cached VMIs per replica |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|---|")
+	for _, r := range reports {
+		rate, takeover := "max", ""
+		if r.Rate > 0 {
+			rate = fmt.Sprintf("%.0f/s", r.Rate)
+		}
+		if len(r.HandoffSeconds) > 0 {
+			takeover = fmt.Sprintf("%.2f s", r.TakeoverSeconds)
+		}
+		var rss, cpu, cached []string
+		for _, s := range r.ReplicaStats {
+			rss = append(rss, fmt.Sprintf("%.0f", float64(s.PeakRSSBytes)/(1<<20)))
+			cpu = append(cpu, fmt.Sprintf("%.1f", s.CPUSeconds))
+			cached = append(cached, fmt.Sprint(s.CachedVMIs))
+		}
+		latency := r.LatencySeconds.String()
+		if r.Scenario == ScenarioCeiling {
+			latency = "(pods, observed) " + r.ObservedLatencySeconds.String()
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %s | %d | %d | %d | %.1f | %s | %s | %s | %.2f | %.2f | %s | %s MiB | %s | %s |\n",
+			r.Scenario, r.VMIs, r.Replicas, rate, r.Running, r.Stuck, r.DuplicateLauncherPods, r.VMIsPerSecond,
+			optional(r.CeilingPodsPerSecond, "%.1f"), optional(r.CeilingRatio, "%.2f"), latency,
+			r.WritesPerVMI.Total, r.AllClientWritesPerVMI, takeover, strings.Join(rss, ", "), strings.Join(cpu, ", "), strings.Join(cached, ", "))
+	}
+}
+
+func optional(v float64, format string) string {
+	if v == 0 {
+		return ""
+	}
+	return fmt.Sprintf(format, v)
+}
+
+const (
+	generatedBegin = "<!-- BEGIN GENERATED by the bench suite; edits are overwritten -->"
+	generatedEnd   = "<!-- END GENERATED -->"
+)
+
+// updateGenerated replaces the generated section of the markdown file.
+func updateGenerated(path, content string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	text := string(raw)
+	begin, end := strings.Index(text, generatedBegin), strings.Index(text, generatedEnd)
+	if begin < 0 || end < begin {
+		return fmt.Errorf("%s has no generated section: add the lines %q and %q", path, generatedBegin, generatedEnd)
+	}
+	text = text[:begin+len(generatedBegin)] + "\n" + content + text[end:]
+	return os.WriteFile(path, []byte(text), 0o644)
+}
