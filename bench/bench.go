@@ -68,7 +68,10 @@ type Options struct {
 	// Out receives raw data, plots and CPU profiles; Update is a markdown
 	// file whose generated section a suite rewrites.
 	Out, Update string
-	Timeout     time.Duration
+	// Reports, with a suite, rebuilds its summary from the reports a suite
+	// wrote to that directory instead of running it.
+	Reports string
+	Timeout time.Duration
 
 	// Series scenarios.
 	Count       int
@@ -110,6 +113,7 @@ func (o *Options) Parse(args []string) error {
 	flags.StringVar(&o.Output, "output", o.Output, "report format: text, json or markdown")
 	flags.StringVar(&o.Out, "out", o.Out, "directory for raw data, SVG plots and the replicas' CPU profiles")
 	flags.StringVar(&o.Update, "update", o.Update, "markdown file whose generated section a suite rewrites (BENCHMARKS.md)")
+	flags.StringVar(&o.Reports, "reports", o.Reports, "with --suite: rebuild the summary (and --update) from the reports a suite wrote to this directory, without running")
 	flags.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on each run (0: 5 min + 50 ms per VMI)")
 	flags.IntVar(&o.Count, "count", o.Count, "objects per run (series scenarios)")
 	concurrency := intList(o.Concurrency)
@@ -158,8 +162,8 @@ func (o *Options) Validate() error {
 	switch {
 	case o.Suite != "" && o.Suite != SuiteFull && o.Suite != SuiteSmoke:
 		return fmt.Errorf("unknown suite %q: want %s or %s", o.Suite, SuiteFull, SuiteSmoke)
-	case o.Update != "" && o.Suite == "":
-		return fmt.Errorf("--update needs --suite")
+	case (o.Update != "" || o.Reports != "") && o.Suite == "":
+		return fmt.Errorf("--update and --reports need --suite")
 	case vmiScenario && o.Scenarios[0] != ScenarioCeiling && o.Replicas <= 0:
 		return fmt.Errorf("--replicas must be positive")
 	case o.Scenarios[0] == ScenarioSingleton && o.Replicas != 2:
@@ -199,6 +203,12 @@ type Series struct {
 // Run brings up the cluster if needed, runs the scenario or suite and
 // writes the report.
 func (o *Options) Run(ctx context.Context, out io.Writer) error {
+	if o.Reports != "" {
+		if o.Out == "" {
+			o.Out = o.Reports
+		}
+		return (&env{o: o}).runSuite(ctx, out)
+	}
 	copts, err := cluster.DefaultOptions()
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -46,12 +47,18 @@ func (p *profiles) collect(r *replicas.Replica) {
 }
 
 // collectFromAPIServer fetches the API server's own CPU profile (its
-// /debug/pprof, on by default) until the run ends.
-func (p *profiles) collectFromAPIServer(kube kubernetes.Interface) {
-	p.collectFrom("kube-apiserver", func() bool { return false }, func(ctx context.Context) ([]byte, error) {
+// /debug/pprof, on by default) as id until stop is called; the window in
+// flight then completes. Safe on nil.
+func (p *profiles) collectFromAPIServer(kube kubernetes.Interface, id string) (stop func()) {
+	if p == nil {
+		return func() {}
+	}
+	var stopped atomic.Bool
+	p.collectFrom(id, stopped.Load, func(ctx context.Context) ([]byte, error) {
 		return kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
 			Param("seconds", strconv.Itoa(profileWindow)).Timeout(2 * profileWindow * time.Second).DoRaw(ctx)
 	})
+	return func() { stopped.Store(true) }
 }
 
 // collectFrom fetches windows from fetch until gone or the run ends. A

@@ -151,7 +151,6 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 	}
 	if out != "" {
 		r.profiles = newProfiles(ctx)
-		r.profiles.collectFromAPIServer(e.kube)
 		defer r.profiles.stop()
 	}
 	ropts := replicas.Options{Binary: binary, Kubeconfig: e.copts.KubeconfigPath(), Namespace: leases, WatchNamespace: r.ns,
@@ -191,7 +190,7 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 // launcher pod, with no controller.
 func (e *env) runCeiling(ctx context.Context, count int) (*Report, error) {
 	ns := "bench-ceiling-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	res, err := e.ceiling(ctx, ns, count)
+	res, err := e.ceiling(ctx, ns, count, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -208,15 +207,18 @@ type ceilingRun struct {
 	clusterCPU      map[string]float64
 }
 
-// ceiling runs count bare pods.
-func (e *env) ceiling(ctx context.Context, ns string, count int) (*ceilingRun, error) {
+// ceiling runs count bare pods; prof, when set, gets the API server's CPU
+// profile during the run.
+func (e *env) ceiling(ctx context.Context, ns string, count int, prof *profiles) (*ceilingRun, error) {
 	e.logf("ceiling: %d bare pods", count)
+	stopProfile := prof.collectFromAPIServer(e.kube, "kube-apiserver-ceiling")
 	cpuBefore := e.clusterCPU()
 	before, err := serverWrites(ctx, e.kube)
 	if err != nil {
 		return nil, fmt.Errorf("read the API server's request counters: %w", err)
 	}
 	res, err := ceiling.Pods(ctx, e.kube, ceiling.Options{Count: count, Concurrency: e.o.Creators, Namespace: ns, Timeout: e.o.timeout(count)})
+	stopProfile()
 	if err != nil {
 		return nil, fmt.Errorf("ceiling run: %w", err)
 	}
@@ -259,7 +261,9 @@ func (r *vmiRun) measure(ctx context.Context, f *flow) (*measured, error) {
 		return nil, fmt.Errorf("read the API server's request counters: %w", err)
 	}
 	cpuBefore := r.clusterCPU()
+	stopProfile := r.profiles.collectFromAPIServer(r.kube, "kube-apiserver")
 	res, err := f.run(ctx)
+	stopProfile()
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +362,7 @@ func (r *vmiRun) burst(ctx context.Context, withCeiling bool) (*Report, error) {
 	var ceil *ceilingRun
 	if withCeiling {
 		var err error
-		if ceil, err = r.ceiling(ctx, r.ns+"-ceiling", r.vmis); err != nil {
+		if ceil, err = r.ceiling(ctx, r.ns+"-ceiling", r.vmis, r.profiles); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -56,12 +57,19 @@ var suites = map[string][]suiteRun{
 func (e *env) runSuite(ctx context.Context, out io.Writer) error {
 	// A failed run does not discard the others: the summary shows what was
 	// measured, and the error is returned after it.
-	reports, runErr := e.suiteReports(ctx)
+	var reports []*Report
+	var runErr error
+	measured := time.Now()
+	if e.o.Reports != "" {
+		reports, measured, runErr = loadReports(e.o.Reports, suites[e.o.Suite])
+	} else {
+		reports, runErr = e.suiteReports(ctx)
+	}
 	if len(reports) == 0 {
 		return runErr
 	}
 	var md bytes.Buffer
-	if err := e.summary(&md, reports); err != nil {
+	if err := e.summary(&md, reports, measured); err != nil {
 		return err
 	}
 	if e.o.Update != "" {
@@ -179,9 +187,9 @@ func smallestScale(reports []*Report, replicas int) *Report {
 
 // summary writes the suite's markdown: machine, goals, the side-by-side
 // table, one row per run, and the plots.
-func (e *env) summary(w io.Writer, reports []*Report) error {
-	m := e.machine()
-	fmt.Fprintf(w, "Measured %s by `%s` on %d cores, %.0f GiB, %d kwok nodes.\n\n", time.Now().UTC().Format("2006-01-02"),
+func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error {
+	m := reports[0].Machine
+	fmt.Fprintf(w, "Measured %s by `%s` on %d cores, %.0f GiB, %d kwok nodes.\n\n", measured.UTC().Format("2006-01-02"),
 		suiteCommand(e.o.Suite), m.Cores, float64(m.MemoryBytes)/(1<<30), m.Nodes)
 	if gs := goals(reports); len(gs) > 0 {
 		fmt.Fprintf(w, "| goal | target | measured | met |\n|---|---|---|---|\n")
@@ -194,6 +202,9 @@ func (e *env) summary(w io.Writer, reports []*Report) error {
 		}
 		fmt.Fprintln(w)
 	}
+	sideBySide(w, reports)
+	fmt.Fprintln(w, "\nEvery run:")
+	fmt.Fprintln(w)
 	writeMarkdown(w, reports)
 	if e.o.Out == "" {
 		return nil
@@ -233,6 +244,66 @@ func (e *env) summary(w io.Writer, reports []*Report) error {
 			rel(filepath.Join(dir, "throughput.svg")), rel(filepath.Join(dir, "latency-cdf.svg")))
 	}
 	return nil
+}
+
+// sideBySide compares virtshard with 1 to 4 replicas, KubeVirt's model
+// (singleton) and the bare-pod ceiling, and KubeVirt's published figures.
+func sideBySide(w io.Writer, reports []*Report) {
+	fmt.Fprintln(w, "Side by side (bursts of the same size; the ceiling is the bare-pod run of the 3-replica throughput run):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| | VMIs | VMIs/s | ceilingRatio | controller writes/VMI | peak RSS per replica | CPU s per replica |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---|---|")
+	row := func(name string, r *Report) {
+		var rss, cpu []string
+		for _, s := range r.ReplicaStats {
+			rss = append(rss, fmt.Sprintf("%.0f", float64(s.PeakRSSBytes)/(1<<20)))
+			cpu = append(cpu, fmt.Sprintf("%.1f", s.CPUSeconds))
+		}
+		fmt.Fprintf(w, "| %s | %d | %.1f | %s | %.2f | %s MiB | %s |\n", name, r.VMIs, r.VMIsPerSecond,
+			optional(r.CeilingRatio, "%.2f"), r.WritesPerVMI.Total, strings.Join(rss, ", "), strings.Join(cpu, ", "))
+	}
+	if r := find(reports, ScenarioThroughput, 3); r != nil && r.CeilingPodsPerSecond > 0 {
+		fmt.Fprintf(w, "| bare-pod ceiling (pods, no controller) | %d | %.1f | 1 | — | — | — |\n", r.VMIs, r.CeilingPodsPerSecond)
+	}
+	if r := find(reports, ScenarioSingleton, 0); r != nil {
+		row("singleton: 1 active + 1 standby (KubeVirt's model)", r)
+	}
+	for replicas := 1; replicas <= 4; replicas++ {
+		if r := find(reports, ScenarioThroughput, replicas); r != nil {
+			row(fmt.Sprintf("virtshard, %d replica(s)", replicas), r)
+		}
+	}
+	fmt.Fprintln(w, "| KubeVirt kwok job (published, not measured here: 8,000 VMIs at 10/s, far bigger hardware) | 8,000 | — | — | ≈ 8.3 | 1,270 average, 1,990 peak (one active replica) | — |")
+	if r := find(reports, ScenarioLatency, 0); r != nil {
+		fmt.Fprintf(w, "\nLatency at %.0f VMIs/s, creation→Running p50/p95/p99: virtshard (%d replicas) %s (observed by the bench %s); "+
+			"KubeVirt's kwok job (published) 0.62/1.32/1.87 s.\n", r.Rate, r.Replicas, r.LatencySeconds, r.ObservedLatencySeconds)
+	}
+}
+
+// loadReports reads the report.json of each run of a suite from dir, and
+// when the newest was written.
+func loadReports(dir string, runs []suiteRun) ([]*Report, time.Time, error) {
+	var reports []*Report
+	var newest time.Time
+	var errs []error
+	for _, run := range runs {
+		path := filepath.Join(dir, run.dir(), "report.json")
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r := &Report{}
+		if err := json.Unmarshal(raw, r); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		if fi, err := os.Stat(path); err == nil && fi.ModTime().After(newest) {
+			newest = fi.ModTime()
+		}
+		reports = append(reports, r)
+	}
+	return reports, newest, errors.Join(errs...)
 }
 
 func suiteCommand(suite string) string {
