@@ -85,6 +85,8 @@ type Options struct {
 	Creators   int
 	Rate       float64
 	Ranges     int
+	// ReplicaArgs are extra flags for every replica, e.g. "-v=2".
+	ReplicaArgs []string
 }
 
 // NewOptions returns the defaults.
@@ -124,6 +126,8 @@ func (o *Options) Parse(args []string) error {
 	flags.IntVar(&o.VMIs, "vmis", o.VMIs, "VMIs to create (default by scenario)")
 	flags.IntVar(&o.Creators, "creators", o.Creators, "concurrent VMI creators")
 	flags.Float64Var(&o.Rate, "rate", o.Rate, "VMIs created per second, 0 is as fast as possible (default by scenario)")
+	replicaArgs := strings.Join(o.ReplicaArgs, " ")
+	flags.StringVar(&replicaArgs, "replica-args", replicaArgs, "extra flags for every replica, space-separated (e.g. -v=2)")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -131,6 +135,7 @@ func (o *Options) Parse(args []string) error {
 		return fmt.Errorf("unexpected arguments %v", flags.Args())
 	}
 	o.Scenarios = strings.Split(scenarioList, ",")
+	o.ReplicaArgs = strings.Fields(replicaArgs)
 	o.Concurrency = concurrency
 	if len(o.Scenarios) == 1 {
 		set := map[string]bool{}

@@ -52,9 +52,11 @@ type Report struct {
 	// CeilingClusterCPUSeconds is the same during the bare-pod ceiling run.
 	CeilingClusterCPUSeconds map[string]float64 `json:"ceilingClusterCPUSeconds,omitempty"`
 
-	// Scale: throughput in the first and last tenth of the run.
-	FirstTenthVMIsPerSecond float64 `json:"firstTenthVMIsPerSecond,omitempty"`
-	LastTenthVMIsPerSecond  float64 `json:"lastTenthVMIsPerSecond,omitempty"`
+	// Throughput over the run: VMIs/s to Running in each tenth of the VMIs,
+	// and the first and the last of them.
+	VMIsPerSecondByTenth    []float64 `json:"vmisPerSecondByTenth,omitempty"`
+	FirstTenthVMIsPerSecond float64   `json:"firstTenthVMIsPerSecond,omitempty"`
+	LastTenthVMIsPerSecond  float64   `json:"lastTenthVMIsPerSecond,omitempty"`
 
 	// Failover and rolling: time until a stopped replica's ranges were held
 	// again, the worst one, and each handoff.
@@ -136,8 +138,8 @@ func (r *Report) writeText(out io.Writer) {
 	if r.CeilingPodsPerSecond > 0 {
 		fmt.Fprintf(out, "bare-pod ceiling in the same run: %.1f pods/s; ceilingRatio: %.2f\n", r.CeilingPodsPerSecond, r.CeilingRatio)
 	}
-	if r.LastTenthVMIsPerSecond > 0 {
-		fmt.Fprintf(out, "VMIs/s in the first tenth %.1f, in the last tenth %.1f\n", r.FirstTenthVMIsPerSecond, r.LastTenthVMIsPerSecond)
+	if len(r.VMIsPerSecondByTenth) > 0 {
+		fmt.Fprintf(out, "VMIs/s to Running by tenth of the VMIs: %s\n", formatRates(r.VMIsPerSecondByTenth))
 	}
 	if len(r.HandoffSeconds) > 0 {
 		fmt.Fprintf(out, "takeover %.2f s (each: %v)\n", r.TakeoverSeconds, r.HandoffSeconds)
@@ -165,4 +167,12 @@ func sortedMap(m map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s=%.2f", k, m[k]))
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+func formatRates(rates []float64) string {
+	parts := make([]string, len(rates))
+	for i, r := range rates {
+		parts[i] = fmt.Sprintf("%.0f", r)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -154,7 +154,7 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		defer r.profiles.stop()
 	}
 	ropts := replicas.Options{Binary: binary, Kubeconfig: e.copts.KubeconfigPath(), Namespace: leases, WatchNamespace: r.ns,
-		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: args}
+		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: append(args, o.ReplicaArgs...)}
 	e.logf("%s: starting %d replicas (logs in %s)", scenario, r.replicas, ropts.LogDir)
 	r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles)
 	if err != nil {
@@ -313,7 +313,9 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 	if rep.ReplicaStats, err = r.fleet.stats(ctx); err != nil {
 		return nil, err
 	}
-	rep.FirstTenthVMIsPerSecond, rep.LastTenthVMIsPerSecond = tenths(m.Samples, m.Running)
+	if rep.VMIsPerSecondByTenth = byTenth(m.Samples, m.Running); rep.VMIsPerSecondByTenth != nil {
+		rep.FirstTenthVMIsPerSecond, rep.LastTenthVMIsPerSecond = rep.VMIsPerSecondByTenth[0], rep.VMIsPerSecondByTenth[9]
+	}
 	r.cdfs = append(r.cdfs, cdf{"creation→Running (timestamps)", m.Latency}, cdf{"creation→Scheduled (timestamps)", m.Handoff},
 		cdf{"observed by the bench", m.Observed})
 	return rep, nil
@@ -332,14 +334,18 @@ func (r *vmiRun) retire(ctx context.Context, rep *replicas.Replica) {
 	}
 }
 
-// tenths returns the VMIs/s to Running in the first and the last tenth of
-// the VMIs: time for the first running/10 to be Running, and for the last.
-func tenths(samples []Sample, running int) (first, last float64) {
+// byTenth returns the VMIs/s to Running in each tenth of the VMIs: a tenth
+// of them divided by the time from the previous tenth being Running to this
+// one, from the once-a-second timeline.
+func byTenth(samples []Sample, running int) []float64 {
 	tenth := running / 10
 	if tenth == 0 || len(samples) == 0 {
-		return 0, 0
+		return nil
 	}
 	at := func(n int) float64 {
+		if n == 0 {
+			return 0
+		}
 		for _, s := range samples {
 			if s.Running >= n {
 				return s.Seconds
@@ -347,13 +353,13 @@ func tenths(samples []Sample, running int) (first, last float64) {
 		}
 		return samples[len(samples)-1].Seconds
 	}
-	if d := at(tenth); d > 0 {
-		first = float64(tenth) / d
+	out := make([]float64, 10)
+	for k := range out {
+		if d := at((k+1)*tenth) - at(k*tenth); d > 0 {
+			out[k] = float64(tenth) / d
+		}
 	}
-	if d := at(running) - at(running-tenth); d > 0 {
-		last = float64(tenth) / d
-	}
-	return first, last
+	return out
 }
 
 // burst runs every VMI at --rate (as fast as possible by default); with

@@ -23,6 +23,11 @@ type suiteRun struct {
 	rate     float64
 }
 
+// command reproduces the run on its own.
+func (s suiteRun) command() string {
+	return fmt.Sprintf("go run ./cmd/virtshard-bench --scenario %s --vmis %d --replicas %d --rate %g --out DIR", s.scenario, s.vmis, s.replicas, s.rate)
+}
+
 func (s suiteRun) dir() string { return fmt.Sprintf("%s-%d-r%d", s.scenario, s.vmis, s.replicas) }
 
 // suites: full is every scenario at the size its goal names (make bench);
@@ -142,8 +147,8 @@ func goals(reports []*Report) []goal {
 	var out []goal
 	if r := find(reports, ScenarioScale, 4); r != nil && r.VMIs >= 50000 {
 		out = append(out, goal{"scale: all Running at 50,000 VMIs, 4 replicas", "0 stuck, 0 duplicates, last tenth ≥ 0.8 × first tenth",
-			fmt.Sprintf("%d Running, %d stuck, %d duplicates, %.1f vs %.1f VMIs/s (%.2f×)", r.Running, r.Stuck, r.DuplicateLauncherPods,
-				r.LastTenthVMIsPerSecond, r.FirstTenthVMIsPerSecond, r.LastTenthVMIsPerSecond/r.FirstTenthVMIsPerSecond),
+			fmt.Sprintf("%d Running, %d stuck, %d duplicates; VMIs/s by tenth of the VMIs: %s (last/first %.2f)", r.Running, r.Stuck,
+				r.DuplicateLauncherPods, formatRates(r.VMIsPerSecondByTenth), r.LastTenthVMIsPerSecond/r.FirstTenthVMIsPerSecond),
 			r.Stuck == 0 && r.DuplicateLauncherPods == 0 && r.LastTenthVMIsPerSecond >= 0.8*r.FirstTenthVMIsPerSecond})
 	}
 	if r := find(reports, ScenarioThroughput, 3); r != nil {
@@ -235,13 +240,14 @@ func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error 
 		}
 		fmt.Fprintf(w, "\n![peak RSS per replica, 1 vs 4 replicas](%s)\n", rel(path))
 	}
+	fmt.Fprintln(w, "\nEach run alone, its report and its plots (VMIs created, Scheduled and Running over time; latency CDF):")
 	for _, run := range suites[e.o.Suite] {
 		if run.scenario == ScenarioCeiling {
 			continue
 		}
 		dir := filepath.Join(e.o.Out, run.dir())
-		fmt.Fprintf(w, "\n%s: ![throughput over time](%s) ![latency CDF](%s)\n", run.dir(),
-			rel(filepath.Join(dir, "throughput.svg")), rel(filepath.Join(dir, "latency-cdf.svg")))
+		fmt.Fprintf(w, "\n- `%s` ([report](%s))\n\n  ![throughput over time](%s) ![latency CDF](%s)\n", run.command(),
+			rel(filepath.Join(dir, "report.json")), rel(filepath.Join(dir, "throughput.svg")), rel(filepath.Join(dir, "latency-cdf.svg")))
 	}
 	return nil
 }
@@ -286,6 +292,7 @@ func loadReports(dir string, runs []suiteRun) ([]*Report, time.Time, error) {
 	var reports []*Report
 	var newest time.Time
 	var errs []error
+
 	for _, run := range runs {
 		path := filepath.Join(dir, run.dir(), "report.json")
 		raw, err := os.ReadFile(path)
@@ -297,6 +304,11 @@ func loadReports(dir string, runs []suiteRun) ([]*Report, time.Time, error) {
 		if err := json.Unmarshal(raw, r); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			continue
+		}
+		if r.VMIsPerSecondByTenth == nil { // written before the field existed
+			if r.VMIsPerSecondByTenth = byTenth(r.Timeline, r.Running); r.VMIsPerSecondByTenth != nil {
+				r.FirstTenthVMIsPerSecond, r.LastTenthVMIsPerSecond = r.VMIsPerSecondByTenth[0], r.VMIsPerSecondByTenth[9]
+			}
 		}
 		if fi, err := os.Stat(path); err == nil && fi.ModTime().After(newest) {
 			newest = fi.ModTime()

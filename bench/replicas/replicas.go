@@ -51,7 +51,9 @@ func Start(opts Options, id string) (*Replica, error) {
 	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
 		return nil, err
 	}
-	log, err := os.Create(filepath.Join(opts.LogDir, id+".log"))
+	// Append: a restarted replica keeps its predecessor's log, as a pod's
+	// previous container log is kept.
+	log, err := os.OpenFile(filepath.Join(opts.LogDir, id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}

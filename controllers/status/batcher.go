@@ -41,6 +41,10 @@ type Config[T runtime.Object] struct {
 	OnPatched func(obj T)
 	// Metrics receives batch sizes; nil means none.
 	Metrics *Metrics
+	// Busy, when set, reports whether the controller has many objects in
+	// flight: a batch of lazy intents only that comes due while busy waits
+	// another round, so that it can still share a patch with what follows.
+	Busy func() bool
 }
 
 // Batcher coalesces intents per object.
@@ -56,6 +60,10 @@ type batch[T runtime.Object] struct {
 	rng       int
 	mutations []Mutation[T]
 	due       time.Time
+	// lazy holds while every intent came through EnqueueLazy; wait is the
+	// last lazy wait, by which a busy batcher postpones the batch.
+	lazy bool
+	wait time.Duration
 }
 
 // New returns a Batcher; Run starts it.
@@ -74,21 +82,36 @@ func New[T runtime.Object](cfg Config[T]) *Batcher[T] {
 // Enqueue adds an intent for the object key (namespace/name) of range rng,
 // to be written within wait.
 func (b *Batcher[T]) Enqueue(rng int, key string, wait time.Duration, m Mutation[T]) {
+	b.enqueue(rng, key, wait, m, false)
+}
+
+// EnqueueLazy adds an intent nobody waits for (an intermediate phase): due
+// after wait, but postponed by wait again as long as Config.Busy holds and
+// no other intent joined it.
+func (b *Batcher[T]) EnqueueLazy(rng int, key string, wait time.Duration, m Mutation[T]) {
+	b.enqueue(rng, key, wait, m, true)
+}
+
+func (b *Batcher[T]) enqueue(rng int, key string, wait time.Duration, m Mutation[T], lazy bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	due := time.Now().Add(wait)
 	p := b.pending[key]
-	if p == nil {
-		p = &batch[T]{rng: rng, due: due}
+	switch {
+	case p == nil:
+		p = &batch[T]{rng: rng, due: due, lazy: true}
 		b.pending[key] = p
-	} else if due.Before(p.due) {
+		b.queue.AddAfter(key, wait)
+	case due.Before(p.due):
 		p.due = due
-	} else {
-		p.mutations = append(p.mutations, m)
-		return // an earlier flush is already scheduled
+		b.queue.AddAfter(key, wait)
+	}
+	// Otherwise an earlier flush is already scheduled.
+	p.lazy = p.lazy && lazy
+	if lazy {
+		p.wait = wait
 	}
 	p.mutations = append(p.mutations, m)
-	b.queue.AddAfter(key, wait)
 }
 
 // Depth is the number of objects with intents not yet written.
@@ -117,25 +140,6 @@ func (b *Batcher[T]) DropRange(rng int) {
 	}
 }
 
-// FlushRange writes the pending intents of range rng now, before a
-// graceful handoff, while the range is still held.
-func (b *Batcher[T]) FlushRange(ctx context.Context, rng int) {
-	b.mu.Lock()
-	var keys []string
-	for key, p := range b.pending {
-		if p.rng == rng {
-			keys = append(keys, key)
-		}
-	}
-	b.mu.Unlock()
-	for _, key := range keys {
-		if ctx.Err() != nil {
-			return
-		}
-		_ = b.flush(ctx, key, true)
-	}
-}
-
 // Run writes batches with Config.Workers workers until ctx is done.
 func (b *Batcher[T]) Run(ctx context.Context) {
 	defer b.queue.ShutDown()
@@ -157,7 +161,7 @@ func (b *Batcher[T]) next(ctx context.Context) bool {
 		return false
 	}
 	defer b.queue.Done(key)
-	if err := b.flush(ctx, key, false); err != nil {
+	if err := b.flush(ctx, key); err != nil {
 		klog.FromContext(ctx).V(2).Info("Status patch failed, will retry", "batcher", b.cfg.Name, "key", key, "err", err)
 		b.queue.AddRateLimited(key)
 		return true
@@ -166,17 +170,22 @@ func (b *Batcher[T]) next(ctx context.Context) bool {
 	return true
 }
 
-// flush writes key's pending intents, if any, as one patch; unless force,
-// only once they are due. On failure the intents go back to the front of
-// the batch.
-func (b *Batcher[T]) flush(ctx context.Context, key string, force bool) error {
+// flush writes key's pending intents, if any, as one patch, once they are
+// due. On failure the intents go back to the front of the batch.
+func (b *Batcher[T]) flush(ctx context.Context, key string) error {
+	busy := b.cfg.Busy != nil && b.cfg.Busy()
 	b.mu.Lock()
 	p := b.pending[key]
-	if now := time.Now(); p != nil && !force && now.Before(p.due) {
+	now := time.Now()
+	if p != nil && busy && p.lazy && !p.due.IsZero() && !now.Before(p.due) {
+		p.due = now.Add(p.wait) // a retry (zero due) is never postponed
+	}
+	if p != nil && now.Before(p.due) {
+		due := p.due
 		b.mu.Unlock()
 		// Not due yet. The queue keeps one wake-up per key, the earliest,
 		// which may have been this early one: make sure the due one stays.
-		b.queue.AddAfter(key, p.due.Sub(now))
+		b.queue.AddAfter(key, due.Sub(now))
 		return nil
 	}
 	delete(b.pending, key)

@@ -141,6 +141,40 @@ func TestLazyIntentRidesAlongWithTheNextUrgentOne(t *testing.T) {
 	}
 }
 
+func TestLazyIntentWaitsWhileBusy(t *testing.T) {
+	s := newServer()
+	cfg := s.config(holdAll)
+	var busy atomic.Bool
+	busy.Store(true)
+	cfg.Busy = busy.Load
+	b := New(cfg)
+	run(t, b)
+	b.EnqueueLazy(0, "ns/v", 5*time.Millisecond, setPhase(virtv1.Scheduling))
+	time.Sleep(100 * time.Millisecond) // twenty lazy waits, all while busy
+	if n := s.patchCount(); n != 0 {
+		t.Fatalf("%d patches while busy, want the lazy intent postponed", n)
+	}
+	busy.Store(false)
+	waitPatches(t, s, 1)
+	if s.vmi.Status.Phase != virtv1.Scheduling {
+		t.Errorf("phase %s once idle, want the lazy intent written", s.vmi.Status.Phase)
+	}
+}
+
+func TestUrgentIntentIsNotPostponedWhileBusy(t *testing.T) {
+	s := newServer()
+	cfg := s.config(holdAll)
+	cfg.Busy = func() bool { return true }
+	b := New(cfg)
+	run(t, b)
+	b.EnqueueLazy(0, "ns/v", time.Hour, setPhase(virtv1.Scheduling))
+	b.Enqueue(0, "ns/v", time.Millisecond, setPhase(virtv1.Scheduled))
+	waitPatches(t, s, 1)
+	if got := s.vmi.Status.PhaseTransitionTimestamps; s.vmi.Status.Phase != virtv1.Scheduled || len(got) != 2 {
+		t.Errorf("phase %s, transitions %v: want the urgent intent written at once, with the lazy one", s.vmi.Status.Phase, got)
+	}
+}
+
 func TestConflictRereadsAndReappliesOnTheNewerObject(t *testing.T) {
 	s := newServer()
 	b := New(s.config(holdAll))
@@ -181,16 +215,6 @@ func TestAnIntentThatNoLongerAppliesWritesNothing(t *testing.T) {
 	waitPatches(t, s, 1)
 	if n := s.patchCount(); n != 1 {
 		t.Errorf("%d patches, want only the sentinel's", n)
-	}
-}
-
-func TestFlushRangeWritesIntentsNotYetDue(t *testing.T) {
-	s := newServer()
-	b := New(s.config(holdAll))
-	b.Enqueue(2, "ns/v", time.Hour, setPhase(virtv1.Scheduling))
-	b.FlushRange(context.Background(), 2)
-	if n := s.patchCount(); n != 1 || s.vmi.Status.Phase != virtv1.Scheduling {
-		t.Errorf("%d patches and phase %s after FlushRange, want the lazy intent written", n, s.vmi.Status.Phase)
 	}
 }
 

@@ -143,6 +143,7 @@ func New(cfg Config) *Controller {
 			return cfg.KubeVirt.VirtualMachineInstances(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 		},
 		OnPatched: func(vmi *virtv1.VirtualMachineInstance) { c.patched(vmi) },
+		Busy:      c.busy,
 	})
 	c.broadcaster = record.NewBroadcaster()
 	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
@@ -277,9 +278,11 @@ func (c *Controller) Releasing(ctx context.Context, i int, reason shard.Reason) 
 	for c.inflight[i].Load() > 0 && ctx.Err() == nil {
 		time.Sleep(time.Millisecond)
 	}
-	if reason != shard.ReasonExpiry {
-		c.batcher.FlushRange(ctx, i)
-	}
+	// Pending status intents are dropped, not flushed, whatever the reason:
+	// the next owner recomputes them from the same objects in its first sync
+	// and writes them in the same one patch, while a flush would cost a
+	// patch per VMI (lazy Scheduling intents included) and hold up the
+	// handoff for as long as those patches take under load.
 	c.batcher.DropRange(i)
 	c.expectations.DropRange(i)
 	if rc := c.ranges[i].Swap(nil); rc != nil {
@@ -362,14 +365,20 @@ func (c *Controller) patched(vmi *virtv1.VirtualMachineInstance) {
 }
 
 // lazyWait is how long an intermediate phase may wait for company: short
-// when the batcher is idle, so status follows reality closely, long when a
-// burst has many VMIs in flight, so that their Scheduling rides along with
-// the handoff instead of costing a patch of its own.
+// when the controller is idle, so status follows reality closely, long when
+// busy, so that a VMI's Scheduling rides along with its handoff instead of
+// costing a patch of its own. While busy, the batcher postpones it again.
 func (c *Controller) lazyWait() time.Duration {
-	if c.batcher.Depth() >= c.cfg.BusyDepth {
+	if c.busy() {
 		return c.cfg.BusyStatusWait
 	}
 	return c.cfg.LazyStatusWait
+}
+
+// busy reports a burst: many VMIs in flight, queued for a sync or with
+// status pending. The queue fills first at the start of a burst.
+func (c *Controller) busy() bool {
+	return c.batcher.Depth()+c.queue.Len() >= c.cfg.BusyDepth
 }
 
 // vmiHandler enqueues VMIs of range rng and observes their phase changes.

@@ -165,7 +165,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	logger.V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
 	c.recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
 	at := metav1.Now()
-	c.batcher.Enqueue(it.rng, it.key, c.lazyWait(), toScheduling(created, at))
+	c.batcher.EnqueueLazy(it.rng, it.key, c.lazyWait(), toScheduling(created, at))
 	return nil
 }
 
@@ -194,10 +194,10 @@ func (c *Controller) followPod(it item, vmi *virtv1.VirtualMachineInstance, pod 
 		// Scheduling is already on its way if anything is pending for the
 		// VMI: a second lazy intent could only pull its write forward.
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) && !c.batcher.Pending(it.key) {
-			c.batcher.Enqueue(it.rng, it.key, c.lazyWait(), toScheduling(pod, pod.CreationTimestamp))
+			c.batcher.EnqueueLazy(it.rng, it.key, c.lazyWait(), toScheduling(pod, pod.CreationTimestamp))
 		}
 		if cond := unschedulable(pod); cond != nil {
-			c.batcher.Enqueue(it.rng, it.key, c.lazyWait(), copyPodScheduled(*cond))
+			c.batcher.EnqueueLazy(it.rng, it.key, c.lazyWait(), copyPodScheduled(*cond))
 		}
 	}
 	return nil

@@ -84,8 +84,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Address, "address", o.Address, "address of /metrics, /healthz, /readyz (and /debug/pprof)")
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --address")
 	fs.DurationVar(&o.LazyStatus, "lazy-status-wait", o.LazyStatus, "how long an intermediate phase may wait to share a patch")
-	fs.DurationVar(&o.BusyStatus, "busy-status-wait", o.BusyStatus, "the same while at least --busy-depth VMIs have status pending")
-	fs.IntVar(&o.BusyDepth, "busy-depth", o.BusyDepth, "pending status writes from which the batcher counts as busy")
+	fs.DurationVar(&o.BusyStatus, "busy-status-wait", o.BusyStatus, "the same while at least --busy-depth VMIs are queued or have status pending")
+	fs.IntVar(&o.BusyDepth, "busy-depth", o.BusyDepth, "VMIs queued for a sync or with status pending from which the controller counts as busy")
 	fs.DurationVar(&o.UrgentStatus, "urgent-status-wait", o.UrgentStatus, "batching window of other status writes")
 	fs.StringVar(&o.LauncherImage, "launcher-image", o.LauncherImage, "virt-launcher image of launcher pods")
 }
