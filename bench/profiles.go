@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,7 +40,7 @@ func newProfiles(ctx context.Context) *profiles {
 // collect fetches consecutive windows from r until it exits.
 func (p *profiles) collect(r *replicas.Replica) {
 	p.collectFrom(r.ID, r.Exited, func(ctx context.Context) ([]byte, error) {
-		return fetchProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.Address, profileWindow))
+		return r.Get(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", profileWindow))
 	})
 }
 
@@ -130,24 +128,4 @@ func (p *profiles) write(dir string) error {
 		return fmt.Errorf("no CPU profile came from %v", missing)
 	}
 	return nil
-}
-
-func fetchProfile(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
-	}
-	return body, nil
 }

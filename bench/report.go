@@ -53,10 +53,13 @@ type Report struct {
 	CeilingClusterCPUSeconds map[string]float64 `json:"ceilingClusterCPUSeconds,omitempty"`
 
 	// Throughput over the run: VMIs/s to Running in each tenth of the VMIs,
-	// and the first and the last of them.
-	VMIsPerSecondByTenth    []float64 `json:"vmisPerSecondByTenth,omitempty"`
-	FirstTenthVMIsPerSecond float64   `json:"firstTenthVMIsPerSecond,omitempty"`
-	LastTenthVMIsPerSecond  float64   `json:"lastTenthVMIsPerSecond,omitempty"`
+	// and the first and the last of them; ScheduledPerSecondByTenth is the
+	// same for the controllers' handoffs (phase Scheduled), without the node
+	// side's part.
+	VMIsPerSecondByTenth      []float64 `json:"vmisPerSecondByTenth,omitempty"`
+	ScheduledPerSecondByTenth []float64 `json:"scheduledPerSecondByTenth,omitempty"`
+	FirstTenthVMIsPerSecond   float64   `json:"firstTenthVMIsPerSecond,omitempty"`
+	LastTenthVMIsPerSecond    float64   `json:"lastTenthVMIsPerSecond,omitempty"`
 
 	// Failover and rolling: time until a stopped replica's ranges were held
 	// again, the worst one, and each handoff.
@@ -139,7 +142,8 @@ func (r *Report) writeText(out io.Writer) {
 		fmt.Fprintf(out, "bare-pod ceiling in the same run: %.1f pods/s; ceilingRatio: %.2f\n", r.CeilingPodsPerSecond, r.CeilingRatio)
 	}
 	if len(r.VMIsPerSecondByTenth) > 0 {
-		fmt.Fprintf(out, "VMIs/s to Running by tenth of the VMIs: %s\n", formatRates(r.VMIsPerSecondByTenth))
+		fmt.Fprintf(out, "VMIs/s by tenth of the VMIs, to Running: %s; to Scheduled: %s\n",
+			formatRates(r.VMIsPerSecondByTenth), formatRates(r.ScheduledPerSecondByTenth))
 	}
 	if len(r.HandoffSeconds) > 0 {
 		fmt.Fprintf(out, "takeover %.2f s (each: %v)\n", r.TakeoverSeconds, r.HandoffSeconds)
@@ -175,4 +179,13 @@ func formatRates(rates []float64) string {
 		parts[i] = fmt.Sprintf("%.0f", r)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// setTenths computes the by-tenth rates from the timeline.
+func (r *Report) setTenths() {
+	r.VMIsPerSecondByTenth = byTenth(r.Timeline, r.Running, running)
+	r.ScheduledPerSecondByTenth = byTenth(r.Timeline, r.Running, scheduled)
+	if r.VMIsPerSecondByTenth != nil {
+		r.FirstTenthVMIsPerSecond, r.LastTenthVMIsPerSecond = r.VMIsPerSecondByTenth[0], r.VMIsPerSecondByTenth[9]
+	}
 }

@@ -313,9 +313,7 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 	if rep.ReplicaStats, err = r.fleet.stats(ctx); err != nil {
 		return nil, err
 	}
-	if rep.VMIsPerSecondByTenth = byTenth(m.Samples, m.Running); rep.VMIsPerSecondByTenth != nil {
-		rep.FirstTenthVMIsPerSecond, rep.LastTenthVMIsPerSecond = rep.VMIsPerSecondByTenth[0], rep.VMIsPerSecondByTenth[9]
-	}
+	rep.setTenths()
 	r.cdfs = append(r.cdfs, cdf{"creation→Running (timestamps)", m.Latency}, cdf{"creation→Scheduled (timestamps)", m.Handoff},
 		cdf{"observed by the bench", m.Observed})
 	return rep, nil
@@ -334,20 +332,21 @@ func (r *vmiRun) retire(ctx context.Context, rep *replicas.Replica) {
 	}
 }
 
-// byTenth returns the VMIs/s to Running in each tenth of the VMIs: a tenth
-// of them divided by the time from the previous tenth being Running to this
-// one, from the once-a-second timeline.
-func byTenth(samples []Sample, running int) []float64 {
-	tenth := running / 10
+// byTenth returns the rate at which VMIs reached a phase in each tenth of
+// them: a tenth of n divided by the time from the previous tenth reaching
+// it to this one, from the once-a-second timeline; count reads the VMIs
+// in the phase from a sample.
+func byTenth(samples []Sample, n int, count func(Sample) int) []float64 {
+	tenth := n / 10
 	if tenth == 0 || len(samples) == 0 {
 		return nil
 	}
-	at := func(n int) float64 {
-		if n == 0 {
+	at := func(k int) float64 {
+		if k == 0 {
 			return 0
 		}
 		for _, s := range samples {
-			if s.Running >= n {
+			if count(s) >= k {
 				return s.Seconds
 			}
 		}
@@ -361,6 +360,9 @@ func byTenth(samples []Sample, running int) []float64 {
 	}
 	return out
 }
+
+func running(s Sample) int   { return s.Running }
+func scheduled(s Sample) int { return s.Scheduled }
 
 // burst runs every VMI at --rate (as fast as possible by default); with
 // ceiling, the bare-pod ceiling runs first, in the same invocation.
@@ -432,36 +434,25 @@ func (r *vmiRun) failover(ctx context.Context) (*Report, error) {
 	f := r.newFlow("vmi", r.vmis, r.rate)
 	var takeover time.Duration
 	var killedAt time.Time
-	faultErr := make(chan error, 1)
-	go func() {
-		faultErr <- func() error {
-			if err := f.waitRunning(ctx, r.vmis/4); err != nil {
-				return err
-			}
-			victim := r.fleet.member(1)
-			r.retire(ctx, victim)
-			r.logf("failover: kill -9 %s", victim.ID)
-			killedAt = time.Now()
-			victim.Kill()
-			if _, err := r.fleet.waitOwned(ctx, time.Minute); err != nil {
-				return err
-			}
-			takeover = time.Since(killedAt)
-			// The StatefulSet controller starts it again.
-			if err := r.fleet.start(1); err != nil {
-				return err
-			}
-			return r.fleet.waitHolding(ctx, r.fleet.name(1), time.Minute)
-		}()
-	}()
-	m, err := r.measure(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	if err := <-faultErr; err != nil {
-		return nil, fmt.Errorf("failover: %w", err)
-	}
-	rep, err := r.report(ctx, m, r.vmis)
+	rep, m, err := r.withFault(ctx, f, func() error {
+		if err := f.waitRunning(ctx, r.vmis/4); err != nil {
+			return err
+		}
+		victim := r.fleet.member(1)
+		r.retire(ctx, victim)
+		r.logf("failover: kill -9 %s", victim.ID)
+		killedAt = time.Now()
+		victim.Kill()
+		if _, err := r.fleet.waitOwned(ctx, time.Minute); err != nil {
+			return err
+		}
+		takeover = time.Since(killedAt)
+		// The StatefulSet controller starts it again.
+		if err := r.fleet.start(1); err != nil {
+			return err
+		}
+		return r.fleet.waitHolding(ctx, r.fleet.name(1), time.Minute)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -472,49 +463,54 @@ func (r *vmiRun) failover(ctx context.Context) (*Report, error) {
 	return rep, nil
 }
 
+// withFault runs flow f with fault beside it and reports the flow once
+// both are done.
+func (r *vmiRun) withFault(ctx context.Context, f *flow, fault func() error) (*Report, *measured, error) {
+	faultErr := make(chan error, 1)
+	go func() { faultErr <- fault() }()
+	m, err := r.measure(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := <-faultErr; err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", r.scenario, err)
+	}
+	rep, err := r.report(ctx, m, r.vmis)
+	return rep, m, err
+}
+
 // rolling restarts every replica in turn with SIGTERM, as a StatefulSet
 // rolling update does, while the VMIs flow. A handoff is the time from the
 // SIGTERM until the other replicas hold every range.
 func (r *vmiRun) rolling(ctx context.Context) (*Report, error) {
 	f := r.newFlow("vmi", r.vmis, r.rate)
 	var handoffs []float64
-	faultErr := make(chan error, 1)
-	go func() {
-		faultErr <- func() error {
-			if err := f.waitRunning(ctx, r.vmis/10); err != nil {
+	rep, _, err := r.withFault(ctx, f, func() error {
+		if err := f.waitRunning(ctx, r.vmis/10); err != nil {
+			return err
+		}
+		// Highest ordinal first, as the StatefulSet controller updates.
+		for i := r.replicas - 1; i >= 0; i-- {
+			old := r.fleet.member(i)
+			r.retire(ctx, old)
+			r.logf("rolling: SIGTERM %s", old.ID)
+			stopped := time.Now()
+			done := make(chan struct{})
+			go func() { old.Stop(30 * time.Second); close(done) }()
+			if _, err := r.fleet.waitOwnedWithout(ctx, old.ID, time.Minute); err != nil {
 				return err
 			}
-			// Highest ordinal first, as the StatefulSet controller updates.
-			for i := r.replicas - 1; i >= 0; i-- {
-				old := r.fleet.member(i)
-				r.retire(ctx, old)
-				r.logf("rolling: SIGTERM %s", old.ID)
-				stopped := time.Now()
-				done := make(chan struct{})
-				go func() { old.Stop(30 * time.Second); close(done) }()
-				if _, err := r.fleet.waitOwnedWithout(ctx, old.ID, time.Minute); err != nil {
-					return err
-				}
-				handoffs = append(handoffs, time.Since(stopped).Seconds())
-				<-done
-				if err := r.fleet.start(i); err != nil {
-					return err
-				}
-				if err := r.fleet.waitHolding(ctx, r.fleet.name(i), time.Minute); err != nil {
-					return err
-				}
+			handoffs = append(handoffs, time.Since(stopped).Seconds())
+			<-done
+			if err := r.fleet.start(i); err != nil {
+				return err
 			}
-			return nil
-		}()
-	}()
-	m, err := r.measure(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	if err := <-faultErr; err != nil {
-		return nil, fmt.Errorf("rolling: %w", err)
-	}
-	rep, err := r.report(ctx, m, r.vmis)
+			if err := r.fleet.waitHolding(ctx, r.fleet.name(i), time.Minute); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}

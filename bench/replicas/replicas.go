@@ -4,8 +4,10 @@
 package replicas
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -103,9 +105,9 @@ func (r *Replica) Exited() bool {
 // PID is the process id.
 func (r *Replica) PID() int { return r.cmd.Process.Pid }
 
-// Metrics scrapes the replica's /metrics.
-func (r *Replica) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.Address+"/metrics", nil)
+// Get fetches path (with its query) from the replica's HTTP endpoint.
+func (r *Replica) Get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.Address+path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -114,8 +116,24 @@ func (r *Replica) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, er
 		return nil, err
 	}
 	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s from %s: %s: %s", path, r.ID, resp.Status, bytes.TrimSpace(body))
+	}
+	return body, nil
+}
+
+// Metrics scrapes the replica's /metrics.
+func (r *Replica) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	body, err := r.Get(ctx, "/metrics")
+	if err != nil {
+		return nil, err
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	return parser.TextToMetricFamilies(resp.Body)
+	return parser.TextToMetricFamilies(bytes.NewReader(body))
 }
 
 // Sum adds up every series of a counter or gauge family whose labels
