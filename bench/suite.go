@@ -198,7 +198,14 @@ func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error 
 	m := reports[0].Machine
 	fmt.Fprintf(w, "Measured %s by `%s` on %d cores, %.0f GiB, %d kwok nodes.\n\n", measured.UTC().Format("2006-01-02"),
 		suiteCommand(e.o.Suite), m.Cores, float64(m.MemoryBytes)/(1<<30), m.Nodes)
-	if gs := goals(reports); len(gs) > 0 {
+	gs := goals(reports)
+	for _, run := range suites[e.o.Suite] {
+		if r := find(reports, ScenarioScale, run.replicas); run.scenario == ScenarioScale && run.vmis >= 50000 && (r == nil || r.VMIs < run.vmis) {
+			gs = append(gs, goal{fmt.Sprintf("scale: all Running at %d VMIs, %d replicas", run.vmis, run.replicas),
+				"0 stuck, 0 duplicates, last tenth ≥ 0.8 × first tenth", "no report: the run did not complete", false})
+		}
+	}
+	if len(gs) > 0 {
 		fmt.Fprintf(w, "| goal | target | measured | met |\n|---|---|---|---|\n")
 		for _, g := range gs {
 			met := "**missed**"
@@ -248,6 +255,9 @@ func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error 
 			continue
 		}
 		dir := filepath.Join(e.o.Out, run.dir())
+		if _, err := os.Stat(filepath.Join(dir, "report.json")); err != nil {
+			continue // the run failed: nothing to link
+		}
 		fmt.Fprintf(w, "\n- `%s` ([report](%s))\n\n  ![throughput over time](%s) ![latency CDF](%s)\n", run.command(),
 			rel(filepath.Join(dir, "report.json")), rel(filepath.Join(dir, "throughput.svg")), rel(filepath.Join(dir, "latency-cdf.svg")))
 	}
