@@ -39,6 +39,7 @@ type Report struct {
 	// ObservedLatencySeconds from the bench's create call to its watch
 	// seeing Running, to the millisecond.
 	LatencySeconds         Percentiles `json:"latencySeconds"`
+	LatencyVMIs            int         `json:"latencyVMIs"` // VMIs with a Running timestamp: the sample
 	HandoffLatencySeconds  Percentiles `json:"handoffLatencySeconds"`
 	ObservedLatencySeconds Percentiles `json:"observedLatencySeconds"`
 

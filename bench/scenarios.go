@@ -279,7 +279,7 @@ func (r *vmiRun) measure(ctx context.Context, f *flow) (*measured, error) {
 func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report, error) {
 	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Rate: r.rate, Machine: r.machine(),
 		Running: m.Running, Stuck: r.vmis - m.Running, DurationSeconds: m.Duration.Seconds(),
-		LatencySeconds: percentiles(m.Latency), HandoffLatencySeconds: percentiles(m.Handoff), ObservedLatencySeconds: percentiles(m.Observed),
+		LatencySeconds: percentiles(m.Latency), LatencyVMIs: len(m.Latency), HandoffLatencySeconds: percentiles(m.Handoff), ObservedLatencySeconds: percentiles(m.Observed),
 		AllClientWritesPerVMI: m.serverWrites / float64(r.vmis), ClusterCPUSeconds: m.clusterCPU, Timeline: m.Samples,
 		WritesPerVMI: WritesPerVMI{ByVerbResource: map[string]float64{}}}
 	if m.Duration > 0 {
