@@ -179,46 +179,35 @@ type ReplicaStats struct {
 	CachedVMIs   int     `json:"cachedVMIs"`
 }
 
-// stats measures every live replica: its own metrics for ranges and cache
-// sizes, /proc for CPU and memory.
-func (f *fleet) stats(ctx context.Context) ([]ReplicaStats, error) {
-	var out []ReplicaStats
+// stats measures every live replica with one scrape each: its own metrics
+// for ranges, cache sizes and API writes (added up by "verb resource"),
+// /proc for CPU and memory.
+func (f *fleet) stats(ctx context.Context) ([]ReplicaStats, map[string]float64, error) {
+	var stats []ReplicaStats
+	writes := map[string]float64{}
 	for _, r := range f.live() {
 		families, err := r.Metrics(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("scrape %s: %w", r.ID, err)
+			return nil, nil, fmt.Errorf("scrape %s: %w", r.ID, err)
 		}
 		cpu, err := proc.CPUSeconds(r.PID())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rss, err := proc.PeakRSSBytes(r.PID())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, ReplicaStats{
+		stats = append(stats, ReplicaStats{
 			Name:         r.ID,
 			OwnedRanges:  int(replicas.Sum(families, "virtshard_shard_ranges_owned", nil)),
 			PeakRSSBytes: rss,
 			CPUSeconds:   cpu,
 			CachedVMIs:   int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachineinstances"})),
 		})
-	}
-	return out, nil
-}
-
-// writes adds up the live replicas' virtshard_api_writes_total by
-// "verb resource".
-func (f *fleet) writes(ctx context.Context) (map[string]float64, error) {
-	out := map[string]float64{}
-	for _, r := range f.live() {
-		families, err := r.Metrics(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("scrape %s: %w", r.ID, err)
-		}
 		for key, v := range replicas.Writes(families) {
-			out[key] += v
+			writes[key] += v
 		}
 	}
-	return out, nil
+	return stats, writes, nil
 }

@@ -19,7 +19,7 @@ type cdf struct {
 
 // writeOut writes a run's raw data, plots and CPU profiles into dir:
 // report.json, timeline.csv, latency.csv, throughput.svg, latency-cdf.svg
-// and cpu-<replica>.pprof.
+// and cpu-<replica>.pprof; the replicas must have stopped.
 func (r *vmiRun) writeOut(dir string, rep *Report) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -67,7 +67,6 @@ func (r *vmiRun) writeOut(dir string, rep *Report) error {
 		return err
 	}
 	if r.profiles != nil {
-		r.fleet.stop()
 		return r.profiles.write(dir)
 	}
 	return nil

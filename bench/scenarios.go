@@ -179,6 +179,8 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		return nil, err
 	}
 	if out != "" {
+		// The replicas' last profile windows complete as they stop.
+		r.fleet.stop()
 		if err := r.writeOut(out, report); err != nil {
 			return nil, err
 		}
@@ -289,10 +291,14 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 	if _, rep.DuplicateLauncherPods, err = workload.LauncherPods(ctx, r.kube, r.ns); err != nil {
 		return nil, err
 	}
-	writes, err := r.fleet.writes(ctx)
+	if err := r.fleet.waitSettled(ctx, time.Minute); err != nil {
+		return nil, fmt.Errorf("ranges did not settle after the run: %w", err)
+	}
+	stats, writes, err := r.fleet.stats(ctx)
 	if err != nil {
 		return nil, err
 	}
+	rep.ReplicaStats = stats
 	r.retiredMu.Lock()
 	for key, v := range r.retired {
 		writes[key] += v
@@ -306,12 +312,6 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 		case key == "create events":
 			rep.EventsPerVMI = v / float64(created)
 		}
-	}
-	if err := r.fleet.waitSettled(ctx, time.Minute); err != nil {
-		return nil, fmt.Errorf("ranges did not settle after the run: %w", err)
-	}
-	if rep.ReplicaStats, err = r.fleet.stats(ctx); err != nil {
-		return nil, err
 	}
 	rep.setTenths()
 	r.cdfs = append(r.cdfs, cdf{"creation→Running (timestamps)", m.Latency}, cdf{"creation→Scheduled (timestamps)", m.Handoff},
