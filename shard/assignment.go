@@ -3,6 +3,7 @@ package shard
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -84,13 +85,24 @@ func Assign(count int, members []string, load float64, replicationFactor int) []
 	c := consistent.New(ring, consistent.Config{
 		PartitionCount:    count,
 		ReplicationFactor: replicationFactor,
-		Load:              load,
+		Load:              libraryLoad(count, len(members), load),
 		Hasher:            xxhasher{},
 	})
 	for i := range count {
 		owners[i] = c.GetPartitionOwner(i).String()
 	}
 	return owners
+}
+
+// libraryLoad converts load into the factor consistent expects. consistent
+// caps a member at ceil(floor(count/members) · factor) partitions, which
+// with load 1 and 64 ranges over 3 members is 21 — too few to place them
+// all — and with load 1.05 over 4 members is 17 where 16 fit. The factor
+// returned makes its cap exactly ceil(load · count / members); the half
+// keeps float rounding from adding one.
+func libraryLoad(count, members int, load float64) float64 {
+	limit := math.Ceil(load * float64(count) / float64(members))
+	return (limit - 0.5) / float64(count/members)
 }
 
 // ConfigMap keys of a published assignment.

@@ -30,7 +30,7 @@ func TestAssignBoundsEveryMembersLoad(t *testing.T) {
 			limit := int(math.Ceil(DefaultLoad * float64(count) / float64(n)))
 			for m, k := range perMember {
 				if k > limit {
-					t.Errorf("count %d, %d members: %s gets %d ranges, more than ceil(1.05·%d/%d) = %d", count, n, m, k, count, n, limit)
+					t.Errorf("count %d, %d members: %s gets %d ranges, more than ceil(%v·%d/%d) = %d", count, n, m, k, DefaultLoad, count, n, limit)
 				}
 			}
 		}

@@ -18,8 +18,12 @@ const (
 	DefaultLeaseDuration = 10 * time.Second
 	DefaultRenewDeadline = 7 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
-	// DefaultLoad bounds each member to ceil(Load · ranges / members) ranges.
-	DefaultLoad = 1.05
+	// DefaultLoad bounds each member to ceil(Load · ranges / members) ranges:
+	// 1 is the tightest balance (16 ranges each of 64 over 4 members); the
+	// imbalance of 1.05 (17, 17, 15, 15) cost the fullest replica 6% more
+	// memory. Membership changes between 2 and 7 members move as many ranges
+	// as 1.05 did, give or take 1; between 7 and 8, 6 more (15 instead of 9).
+	DefaultLoad = 1.0
 	// DefaultReplicationFactor is the virtual nodes per member on the ring.
 	DefaultReplicationFactor = 100
 	// DefaultShutdownTimeout bounds the graceful release of all ranges.

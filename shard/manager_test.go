@@ -163,7 +163,7 @@ func maxPerMember(n int) int {
 
 // converged reports whether every range has exactly one holder among the
 // live members, both in the leases and in the members' own view, with at
-// most ceil(1.05 · P / N) ranges each. It returns the lease holders.
+// most ceil(DefaultLoad · P / N) ranges each. It returns the lease holders.
 func (g *group) converged() ([]string, string) {
 	live := g.live()
 	holders, err := g.holders()
