@@ -35,6 +35,38 @@ type keySelection struct {
 func (s keySelection) apply(opts *metav1.ListOptions) { opts.ShardSelector = s.selector }
 func (s keySelection) owns(obj metav1.Object) bool    { return s.owned.Has(s.ranges.Of(obj)) }
 
+// ByUnlabelledKey selects, among objects of a kind that may also carry a
+// parent's range label, those without one (or without a valid one) whose
+// own key hashes into the ranges: with ByLabel over the same ranges it
+// covers each object of the kind exactly once, as Owner places it.
+func (r Ranges) ByUnlabelledKey(owned Set) Selection {
+	all := make([]string, r.count)
+	for i := range all {
+		all[i] = strconv.Itoa(i)
+	}
+	// notin also matches objects without the label.
+	req, err := labels.NewRequirement(LabelRange, selection.NotIn, all)
+	if err != nil {
+		panic(fmt.Sprintf("range label requirement: %v", err)) // values are valid label values
+	}
+	return unlabelledKeySelection{keySelection{r, owned, r.Selector(owned.List())}, labels.NewSelector().Add(*req).String()}
+}
+
+type unlabelledKeySelection struct {
+	keySelection
+	labelSelector string
+}
+
+func (s unlabelledKeySelection) apply(opts *metav1.ListOptions) {
+	s.keySelection.apply(opts)
+	addLabelSelector(opts, s.labelSelector)
+}
+
+func (s unlabelledKeySelection) owns(obj metav1.Object) bool {
+	_, labelled := s.ranges.Labelled(obj)
+	return !labelled && s.keySelection.owns(obj)
+}
+
 // ByLabel selects children by the range label the controller stamped on
 // them (LabelRange): a child's own uid hashes elsewhere than its parent's.
 func (r Ranges) ByLabel(owned Set) Selection {
@@ -47,25 +79,28 @@ func (r Ranges) ByLabel(owned Set) Selection {
 		// Only reachable with no ranges: select nothing rather than everything.
 		req, _ = labels.NewRequirement(LabelRange, selection.In, []string{"none"})
 	}
-	return labelSelection{owned, labels.NewSelector().Add(*req).String()}
+	return labelSelection{r, owned, labels.NewSelector().Add(*req).String()}
 }
 
 type labelSelection struct {
+	ranges   Ranges
 	owned    Set
 	selector string
 }
 
-func (s labelSelection) apply(opts *metav1.ListOptions) {
-	if opts.LabelSelector != "" {
-		opts.LabelSelector += "," + s.selector
-	} else {
-		opts.LabelSelector = s.selector
-	}
-}
+func (s labelSelection) apply(opts *metav1.ListOptions) { addLabelSelector(opts, s.selector) }
 
 func (s labelSelection) owns(obj metav1.Object) bool {
-	i, err := strconv.Atoi(obj.GetLabels()[LabelRange])
-	return err == nil && s.owned.Has(i)
+	i, ok := s.ranges.Labelled(obj)
+	return ok && s.owned.Has(i)
+}
+
+func addLabelSelector(opts *metav1.ListOptions, selector string) {
+	if opts.LabelSelector != "" {
+		opts.LabelSelector += "," + selector
+	} else {
+		opts.LabelSelector = selector
+	}
 }
 
 // ShardedListWatch narrows lw to the objects sel selects: the server filters

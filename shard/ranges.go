@@ -94,6 +94,35 @@ type metav1Object interface {
 	GetUID() types.UID
 }
 
+// Labelled returns the range that the range label (LabelRange) on obj
+// names, if it names one: a parent stamps it on the children it creates.
+// Only the canonical decimal form counts, as only it matches the label
+// selectors informers list with.
+func (r Ranges) Labelled(obj interface{ GetLabels() map[string]string }) (int, bool) {
+	value, ok := obj.GetLabels()[LabelRange]
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(value)
+	if err != nil || i < 0 || i >= r.count || strconv.Itoa(i) != value {
+		return 0, false
+	}
+	return i, true
+}
+
+// Owner is the range that acts on obj: the one its range label names, else
+// the one its key hashes to. A VM's VMI carries its VM's range this way, so
+// that one replica acts on both.
+func (r Ranges) Owner(obj interface {
+	metav1Object
+	GetLabels() map[string]string
+}) int {
+	if i, ok := r.Labelled(obj); ok {
+		return i
+	}
+	return r.Of(obj)
+}
+
 // Bounds returns range i's [start, end) in the hex form of shard selectors.
 func (r Ranges) Bounds(i int) (start, end string) {
 	return r.boundary(i), r.boundary(i + 1)
