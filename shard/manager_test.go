@@ -373,7 +373,11 @@ func TestKilledMemberRangesAreTakenOverAfterExpiry(t *testing.T) {
 	g.waitConverged(30 * time.Second)
 }
 
-func TestGracefulStopHandsOffWithinTwoSeconds(t *testing.T) {
+// A graceful stop releases ranges instead of letting their leases expire:
+// they have new holders long before a lease duration. How fast exactly is
+// the bench's to measure (the rolling scenario); here a loaded machine
+// must not fail the test, only a handoff that waited for expiry.
+func TestGracefulStopHandsOffBeforeLeasesExpire(t *testing.T) {
 	g := newGroup(t)
 	for _, id := range []string{"a", "b", "c", "d"} {
 		g.start(id)
@@ -399,8 +403,8 @@ func TestGracefulStopHandsOffWithinTwoSeconds(t *testing.T) {
 		took := g.waitTakenOver(ranges, id, stopped, 10*time.Second)
 		<-g.members[id].done
 		delete(g.members, id)
-		if took > 2*time.Second {
-			t.Errorf("stopping %s (leader: %v): its %d ranges had new holders after %s, want within 2 s", id, id == leader, len(ranges), took)
+		if bound := shard.DefaultLeaseDuration / 2; took > bound {
+			t.Errorf("stopping %s (leader: %v): its %d ranges had new holders after %s, want well within a lease duration (%s)", id, id == leader, len(ranges), took, bound)
 		} else {
 			t.Logf("stopping %s (leader: %v): %d ranges had new holders after %s", id, id == leader, len(ranges), took.Round(time.Millisecond))
 		}
