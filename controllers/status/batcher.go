@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -57,7 +58,11 @@ type Batcher[T runtime.Object] struct {
 }
 
 type batch[T runtime.Object] struct {
-	rng       int
+	rng int
+	// uid is the object the intents are for: an object deleted and
+	// created again under the same name is another object, and intents
+	// for the old one die with it.
+	uid       types.UID
 	mutations []Mutation[T]
 	due       time.Time
 	// lazy holds while every intent came through EnqueueLazy; wait is the
@@ -79,27 +84,27 @@ func New[T runtime.Object](cfg Config[T]) *Batcher[T] {
 	}
 }
 
-// Enqueue adds an intent for the object key (namespace/name) of range rng,
-// to be written within wait.
-func (b *Batcher[T]) Enqueue(rng int, key string, wait time.Duration, m Mutation[T]) {
-	b.enqueue(rng, key, wait, m, false)
+// Enqueue adds an intent for the object key (namespace/name) with uid, of
+// range rng, to be written within wait.
+func (b *Batcher[T]) Enqueue(rng int, key string, uid types.UID, wait time.Duration, m Mutation[T]) {
+	b.enqueue(rng, key, uid, wait, m, false)
 }
 
 // EnqueueLazy adds an intent nobody waits for (an intermediate phase): due
 // after wait, but postponed by wait again as long as Config.Busy holds and
 // no other intent joined it.
-func (b *Batcher[T]) EnqueueLazy(rng int, key string, wait time.Duration, m Mutation[T]) {
-	b.enqueue(rng, key, wait, m, true)
+func (b *Batcher[T]) EnqueueLazy(rng int, key string, uid types.UID, wait time.Duration, m Mutation[T]) {
+	b.enqueue(rng, key, uid, wait, m, true)
 }
 
-func (b *Batcher[T]) enqueue(rng int, key string, wait time.Duration, m Mutation[T], lazy bool) {
+func (b *Batcher[T]) enqueue(rng int, key string, uid types.UID, wait time.Duration, m Mutation[T], lazy bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	due := time.Now().Add(wait)
 	p := b.pending[key]
 	switch {
-	case p == nil:
-		p = &batch[T]{rng: rng, due: due, lazy: true}
+	case p == nil || p.uid != uid:
+		p = &batch[T]{rng: rng, uid: uid, due: due, lazy: true}
 		b.pending[key] = p
 		b.queue.AddAfter(key, wait)
 	case due.Before(p.due):
@@ -121,11 +126,13 @@ func (b *Batcher[T]) Depth() int {
 	return len(b.pending)
 }
 
-// Pending reports whether key has intents not yet written.
-func (b *Batcher[T]) Pending(key string) bool {
+// Pending reports whether the object key with uid has intents not yet
+// written.
+func (b *Batcher[T]) Pending(key string, uid types.UID) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.pending[key] != nil
+	p := b.pending[key]
+	return p != nil && p.uid == uid
 }
 
 // DropRange forgets the pending intents of range rng, on handoff: the next
@@ -206,6 +213,9 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 			b.requeue(key, p)
 			return err
 		}
+		if accessor, err := meta.Accessor(obj); err != nil || accessor.GetUID() != p.uid {
+			return nil // another object by now: the intents died with theirs
+		}
 		var patch []byte
 		patch, err = mergePatch(obj, p.mutations)
 		if err != nil || patch == nil {
@@ -252,10 +262,13 @@ func permanent(err error) bool {
 func (b *Batcher[T]) requeue(key string, p *batch[T]) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if cur := b.pending[key]; cur != nil {
+	if cur := b.pending[key]; cur != nil && cur.uid == p.uid {
 		cur.mutations = append(p.mutations, cur.mutations...)
 		cur.due = time.Time{}
 		return
+	}
+	if cur := b.pending[key]; cur != nil {
+		return // intents for a newer object with the name win
 	}
 	p.due = time.Time{}
 	b.pending[key] = p

@@ -28,7 +28,7 @@ type server struct {
 }
 
 func newServer() *server {
-	vmi := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "v", Namespace: "ns", ResourceVersion: "1"}}
+	vmi := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "v", Namespace: "ns", UID: "uid-v", ResourceVersion: "1"}}
 	return &server{vmi: vmi, cached: vmi.DeepCopy()}
 }
 
@@ -128,8 +128,8 @@ func TestLazyIntentRidesAlongWithTheNextUrgentOne(t *testing.T) {
 	s := newServer()
 	b := New(s.config(holdAll))
 	run(t, b)
-	b.Enqueue(0, "ns/v", time.Hour, setPhase(virtv1.Scheduling))
-	b.Enqueue(0, "ns/v", time.Millisecond, setPhase(virtv1.Scheduled))
+	b.Enqueue(0, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduling))
+	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
 	waitPatches(t, s, 1)
 	time.Sleep(20 * time.Millisecond) // would a second patch follow?
 	if n := s.patchCount(); n != 1 {
@@ -149,7 +149,7 @@ func TestLazyIntentWaitsWhileBusy(t *testing.T) {
 	cfg.Busy = busy.Load
 	b := New(cfg)
 	run(t, b)
-	b.EnqueueLazy(0, "ns/v", 5*time.Millisecond, setPhase(virtv1.Scheduling))
+	b.EnqueueLazy(0, "ns/v", "uid-v", 5*time.Millisecond, setPhase(virtv1.Scheduling))
 	time.Sleep(100 * time.Millisecond) // twenty lazy waits, all while busy
 	if n := s.patchCount(); n != 0 {
 		t.Fatalf("%d patches while busy, want the lazy intent postponed", n)
@@ -167,8 +167,8 @@ func TestUrgentIntentIsNotPostponedWhileBusy(t *testing.T) {
 	cfg.Busy = func() bool { return true }
 	b := New(cfg)
 	run(t, b)
-	b.EnqueueLazy(0, "ns/v", time.Hour, setPhase(virtv1.Scheduling))
-	b.Enqueue(0, "ns/v", time.Millisecond, setPhase(virtv1.Scheduled))
+	b.EnqueueLazy(0, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduling))
+	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
 	waitPatches(t, s, 1)
 	if got := s.vmi.Status.PhaseTransitionTimestamps; s.vmi.Status.Phase != virtv1.Scheduled || len(got) != 2 {
 		t.Errorf("phase %s, transitions %v: want the urgent intent written at once, with the lazy one", s.vmi.Status.Phase, got)
@@ -181,7 +181,7 @@ func TestConflictRereadsAndReappliesOnTheNewerObject(t *testing.T) {
 	run(t, b)
 	// The node agent labels the VMI behind our cache's back.
 	s.writeBehindCache(func(v *virtv1.VirtualMachineInstance) { v.Labels = map[string]string{"node-agent": "was-here"} })
-	b.Enqueue(0, "ns/v", time.Millisecond, setPhase(virtv1.Scheduled))
+	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
 	waitPatches(t, s, 1)
 	if s.vmi.Labels["node-agent"] != "was-here" || s.vmi.Status.Phase != virtv1.Scheduled {
 		t.Errorf("after the conflict: labels %v, phase %s; want both writes kept", s.vmi.Labels, s.vmi.Status.Phase)
@@ -193,13 +193,13 @@ func TestIntentsOfAReleasedRangeAreNotWritten(t *testing.T) {
 	var held sync.Map
 	held.Store(3, true)
 	b := New(s.config(func(rng int) bool { _, ok := held.Load(rng); return ok }))
-	b.Enqueue(3, "ns/v", time.Hour, setPhase(virtv1.Scheduling))
+	b.Enqueue(3, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduling))
 	b.DropRange(3)
-	if b.Pending("ns/v") {
+	if b.Pending("ns/v", "uid-v") {
 		t.Error("DropRange left the intent pending")
 	}
 	run(t, b)
-	b.Enqueue(4, "ns/v", time.Millisecond, setPhase(virtv1.Scheduled)) // range 4 is not held
+	b.Enqueue(4, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled)) // range 4 is not held
 	time.Sleep(50 * time.Millisecond)
 	if n := s.patchCount(); n != 0 {
 		t.Errorf("%d patches written for ranges not held", n)
@@ -210,11 +210,41 @@ func TestAnIntentThatNoLongerAppliesWritesNothing(t *testing.T) {
 	s := newServer()
 	b := New(s.config(holdAll))
 	run(t, b)
-	b.Enqueue(0, "ns/v", time.Millisecond, func(*virtv1.VirtualMachineInstance) bool { return false })
-	b.Enqueue(0, "ns/w", time.Millisecond, setPhase(virtv1.Scheduled)) // a sentinel on another key
+	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, func(*virtv1.VirtualMachineInstance) bool { return false })
+	// A sentinel on another key (the test server answers every key with
+	// its one object).
+	b.Enqueue(0, "ns/w", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
 	waitPatches(t, s, 1)
 	if n := s.patchCount(); n != 1 {
 		t.Errorf("%d patches, want only the sentinel's", n)
+	}
+}
+
+func TestIntentsDieWithTheirObject(t *testing.T) {
+	s := newServer()
+	b := New(s.config(holdAll))
+	// Intents for an object deleted and created again under its name: they
+	// do not block the new object, and are not written to it.
+	b.Enqueue(0, "ns/v", "old-uid", time.Hour, setPhase(virtv1.Failed))
+	if !b.Pending("ns/v", "old-uid") || b.Pending("ns/v", "uid-v") {
+		t.Fatal("pending intents are not told apart by uid")
+	}
+	b.Enqueue(0, "ns/v", "old-uid", time.Millisecond, setPhase(virtv1.Failed))
+	run(t, b)
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return !b.Pending("ns/v", "old-uid"), nil
+	}); err != nil {
+		t.Fatal("the old object's intents were never flushed")
+	}
+	if n := s.patchCount(); n != 0 {
+		t.Errorf("%d patches written to the new object for the old one", n)
+	}
+	// An intent for the new object replaces the old object's.
+	b.Enqueue(0, "ns/v", "old-uid", time.Hour, setPhase(virtv1.Failed))
+	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
+	waitPatches(t, s, 1)
+	if got := s.vmi.Status.Phase; got != virtv1.Scheduled {
+		t.Errorf("phase %s after the new object's intent, want Scheduled and nothing of the old one's", got)
 	}
 }
 
@@ -228,9 +258,9 @@ func TestARefusedPatchIsDroppedNotRetried(t *testing.T) {
 	}
 	b := New(cfg)
 	run(t, b)
-	b.Enqueue(0, "ns/v", time.Millisecond, setPhase(virtv1.Scheduled))
+	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
 	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return calls.Load() >= 1 && !b.Pending("ns/v"), nil
+		return calls.Load() >= 1 && !b.Pending("ns/v", "uid-v"), nil
 	}); err != nil {
 		t.Fatal("the refused patch was never tried")
 	}

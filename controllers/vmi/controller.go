@@ -11,11 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -29,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/status"
@@ -42,8 +40,6 @@ const (
 	byVMIUID = "vmiUID"
 	// byClaim indexes VMIs by the namespace/name of each PVC they use.
 	byClaim = "claim"
-	// byVMIName indexes migrations by namespace/VMI name.
-	byVMIName = "vmiName"
 )
 
 // Config wires the controller.
@@ -58,7 +54,11 @@ type Config struct {
 	// Namespace restricts the controller to one namespace; "" watches all.
 	Namespace string
 	Ranges    shard.Ranges
-	Options   template.Options
+	// Caches are the held ranges' informers; New registers the controller.
+	Caches *caches.Ranges
+	// Cluster are the cluster-wide caches, run by the caller.
+	Cluster *caches.Cluster
+	Options template.Options
 	// LazyStatusWait is how long an intermediate phase (Scheduling) may wait
 	// to ride along with the next status patch while the batcher is idle;
 	// BusyStatusWait while it holds at least BusyDepth objects.
@@ -82,15 +82,17 @@ type Controller struct {
 	recorder     record.EventRecorder
 	broadcaster  record.EventBroadcaster
 
-	// ranges[i] holds range i's caches while this replica acts on it;
-	// releasing[i] is set while it hands range i off.
-	ranges    []atomic.Pointer[rangeCaches]
+	// written[i] overlays range i's VMI caches (labelled, unlabelled) with
+	// the objects our own patches returned until the informers catch up,
+	// so that the next patch of a VMI starts from its latest
+	// resourceVersion instead of conflicting. Nil while the range is not
+	// held; releasing[i] is set while it is handed off.
+	written   []atomic.Pointer[[2]cache.MutationCache]
 	releasing []atomic.Bool
 	// inflight[i] counts syncs of range i under way.
 	inflight []atomic.Int32
 
-	pvcs       cache.SharedIndexInformer
-	migrations cache.SharedIndexInformer
+	pvcs cache.SharedIndexInformer
 	// dataVolumes is nil when the cluster has no CDI DataVolume CRD.
 	dataVolumes cache.SharedIndexInformer
 }
@@ -104,27 +106,15 @@ type item struct {
 	key string
 }
 
-// rangeCaches are one range's informers.
-type rangeCaches struct {
-	vmis cache.SharedIndexInformer
-	// written overlays the VMI cache with the objects our own patches
-	// returned until the informer catches up, so that the next patch of a
-	// VMI starts from its latest resourceVersion instead of conflicting.
-	written cache.MutationCache
-	pods    cache.SharedIndexInformer
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
-}
-
-// New returns a controller; Run starts it, and it acts on ranges as the
-// shard manager calls Acquired and Releasing.
-func New(cfg Config) *Controller {
+// New returns a controller registered with cfg.Caches; Run starts it, and
+// it acts on ranges as the caches call Acquired and Releasing.
+func New(cfg Config) (*Controller, error) {
 	c := &Controller{
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: "vmi"}),
 		expectations: expectations.New(cfg.Ranges.Count(), clock.RealClock{}),
-		ranges:       make([]atomic.Pointer[rangeCaches], cfg.Ranges.Count()),
+		written:      make([]atomic.Pointer[[2]cache.MutationCache], cfg.Ranges.Count()),
 		releasing:    make([]atomic.Bool, cfg.Ranges.Count()),
 		inflight:     make([]atomic.Int32, cfg.Ranges.Count()),
 	}
@@ -154,42 +144,17 @@ func New(cfg Config) *Controller {
 	c.pvcs = metadatainformer.NewFilteredMetadataInformer(cfg.Metadata, pvcGVR, cfg.Namespace, 0, cache.Indexers{}, nil).Informer()
 	// SetTransform fails only on a started informer; these are new.
 	_ = c.pvcs.SetTransform(shard.TrimForCache)
-	// Migrations are few: every replica watches all, and acts only on those
-	// of VMIs it owns.
-	c.migrations = cache.NewSharedIndexInformer(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return cfg.KubeVirt.Migrations(cfg.Namespace).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return cfg.KubeVirt.Migrations(cfg.Namespace).Watch(ctx, o)
-		},
-	}, &virtv1.VirtualMachineInstanceMigration{}, 0, cache.Indexers{byVMIName: func(obj any) ([]string, error) {
-		m := obj.(*virtv1.VirtualMachineInstanceMigration)
-		return []string{m.Namespace + "/" + m.Spec.VMIName}, nil
-	}})
-	_ = c.migrations.SetTransform(shard.TrimForCache)
-	return c
+	err := cfg.Caches.Register(c, cache.Indexers{byClaim: claimIndex}, cache.Indexers{byVMIUID: func(obj any) ([]string, error) {
+		return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
+	}}, nil)
+	return c, err
 }
 
 // PendingExpectations counts keys with outstanding expectations.
 func (c *Controller) PendingExpectations() float64 { return float64(c.expectations.Count()) }
 
-// CachedObjects counts the VMIs ("virtualmachineinstances") or launcher
-// pods ("pods") in the caches of the held ranges.
-func (c *Controller) CachedObjects(resource string) float64 {
-	n := 0
-	for i := range c.ranges {
-		rc := c.ranges[i].Load()
-		switch {
-		case rc == nil:
-		case resource == "pods":
-			n += len(rc.pods.GetStore().ListKeys())
-		default:
-			n += len(rc.vmis.GetStore().ListKeys())
-		}
-	}
-	return float64(n)
-}
+// CachedObjects counts the objects of resource in the held ranges' caches.
+func (c *Controller) CachedObjects(resource string) float64 { return c.cfg.Caches.Cached(resource) }
 
 // Run starts the cluster-wide caches, the status batcher and workers, and
 // blocks until ctx is done. Ranges come and go through Acquired/Releasing.
@@ -211,7 +176,7 @@ func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}
 			c.enqueueKey(m.Namespace + "/" + m.Spec.VMIName)
 		}
 	}
-	if _, err := c.migrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := c.cfg.Cluster.Migrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    migrationChanged,
 		UpdateFunc: func(_, obj any) { migrationChanged(obj) },
 		DeleteFunc: migrationChanged,
@@ -219,8 +184,7 @@ func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}
 		return err
 	}
 	go c.pvcs.RunWithContext(ctx)
-	go c.migrations.RunWithContext(ctx)
-	synced := []cache.InformerSynced{c.pvcs.HasSynced, c.migrations.HasSynced}
+	synced := []cache.InformerSynced{c.pvcs.HasSynced, c.cfg.Cluster.Migrations.HasSynced}
 	if dv, err := c.startDataVolumes(ctx); err != nil {
 		return err
 	} else if dv != nil {
@@ -246,35 +210,33 @@ func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}
 	return nil
 }
 
-// Acquired implements shard.Handler: start range i's caches, wait for them,
-// and queue every VMI of the range.
-func (c *Controller) Acquired(ctx context.Context, i int) error {
-	rc, err := c.startRange(i)
-	if err != nil {
+// Acquired implements caches.Consumer: watch range r and queue its VMIs.
+func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
+	var written [2]cache.MutationCache
+	for k, store := range r.VMIs.Stores() {
+		written[k] = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), store,
+			cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 100000})
+	}
+	c.written[r.Index].Store(&written)
+	c.releasing[r.Index].Store(false)
+	// New handlers are replayed what the informers hold: every VMI of the
+	// range is queued.
+	if err := r.VMIs.AddEventHandler(c.vmiHandler(r.Index)); err != nil {
 		return err
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), rc.vmis.HasSynced, rc.pods.HasSynced) {
-		rc.stop()
-		return fmt.Errorf("caches of range %d did not sync: %w", i, ctx.Err())
-	}
-	c.ranges[i].Store(rc)
-	c.releasing[i].Store(false)
-	for _, key := range rc.vmis.GetStore().ListKeys() {
-		c.queue.Add(item{i, key})
+	if _, err := r.Pods.AddEventHandler(c.podHandler(r.Index)); err != nil {
+		return err
 	}
 	return nil
 }
 
-// Releasing implements shard.Handler: stop acting on range i — new work for
-// it is ignored, pending status is flushed while the range is still held
-// (dropped when it may already be lost), expectations are forgotten, and
-// the caches stop.
-func (c *Controller) Releasing(ctx context.Context, i int, reason shard.Reason) {
-	// Workers stop reconciling the range first; the caches stay for the
-	// flush, which patches from them.
+// Releasing implements caches.Consumer: stop acting on range i — new work
+// for it is ignored, pending status intents are dropped and expectations
+// forgotten; the caches stop after it returns.
+func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
 	c.releasing[i].Store(true)
 	// A sync already past its checks may still create a pod or send an
-	// intent: let it finish before flushing and forgetting.
+	// intent: let it finish before dropping and forgetting.
 	for c.inflight[i].Load() > 0 && ctx.Err() == nil {
 		time.Sleep(time.Millisecond)
 	}
@@ -285,52 +247,7 @@ func (c *Controller) Releasing(ctx context.Context, i int, reason shard.Reason) 
 	// handoff for as long as those patches take under load.
 	c.batcher.DropRange(i)
 	c.expectations.DropRange(i)
-	if rc := c.ranges[i].Swap(nil); rc != nil {
-		rc.stop()
-	}
-}
-
-func (rc *rangeCaches) stop() {
-	rc.cancel()
-	rc.done.Wait()
-}
-
-func (c *Controller) startRange(i int) (*rangeCaches, error) {
-	owned := shard.NewSet(c.cfg.Ranges.Count(), i)
-	vmiLW := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return c.cfg.KubeVirt.VirtualMachineInstances(c.cfg.Namespace).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.cfg.KubeVirt.VirtualMachineInstances(c.cfg.Namespace).Watch(ctx, o)
-		},
-	}
-	vmis, err := shard.NewInformer(vmiLW, c.cfg.Ranges.ByKey(owned), &virtv1.VirtualMachineInstance{},
-		"virtualmachineinstances", c.cfg.ShardMetrics, cache.Indexers{byClaim: claimIndex})
-	if err != nil {
-		return nil, err
-	}
-	podLW := cache.NewListWatchFromClient(c.cfg.Kube.CoreV1().RESTClient(), "pods", c.cfg.Namespace, fields.Everything())
-	pods, err := shard.NewInformer(podLW, c.cfg.Ranges.ByLabel(owned), &corev1.Pod{}, "pods", c.cfg.ShardMetrics,
-		cache.Indexers{byVMIUID: func(obj any) ([]string, error) {
-			return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
-		}})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := vmis.AddEventHandler(c.vmiHandler(i)); err != nil {
-		return nil, err
-	}
-	if _, err := pods.AddEventHandler(c.podHandler(i)); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	written := cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), vmis.GetStore(),
-		cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 100000})
-	rc := &rangeCaches{vmis: vmis, written: written, pods: pods, cancel: cancel}
-	rc.done.Go(func() { vmis.RunWithContext(ctx) })
-	rc.done.Go(func() { pods.RunWithContext(ctx) })
-	return rc, nil
+	c.written[i].Store(nil)
 }
 
 func claimIndex(obj any) ([]string, error) {
@@ -343,24 +260,32 @@ func claimIndex(obj any) ([]string, error) {
 }
 
 func (c *Controller) cachedVMI(rng int, key string) (*virtv1.VirtualMachineInstance, error) {
-	rc := c.ranges[rng].Load()
-	if rc == nil {
+	written := c.written[rng].Load()
+	if written == nil {
 		return nil, errRangeNotHeld
 	}
-	obj, exists, err := rc.written.GetByKey(key)
-	if err != nil {
-		return nil, err
+	for _, overlay := range written {
+		obj, exists, err := overlay.GetByKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			return obj.(*virtv1.VirtualMachineInstance), nil
+		}
 	}
-	if !exists {
-		return nil, notFound(key)
-	}
-	return obj.(*virtv1.VirtualMachineInstance), nil
+	return nil, notFound(key)
 }
 
 // patched records a VMI our batcher wrote, for cachedVMI.
 func (c *Controller) patched(vmi *virtv1.VirtualMachineInstance) {
-	if rc := c.ranges[c.cfg.Ranges.Of(vmi)].Load(); rc != nil {
-		rc.written.Mutation(vmi)
+	written := c.written[c.cfg.Ranges.Owner(vmi)].Load()
+	if written == nil {
+		return
+	}
+	if _, labelled := c.cfg.Ranges.Labelled(vmi); labelled {
+		written[0].Mutation(vmi)
+	} else {
+		written[1].Mutation(vmi)
 	}
 }
 
@@ -420,8 +345,11 @@ func (c *Controller) podHandler(rng int) cache.ResourceEventHandler {
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if _, key, ok := owner(obj); ok {
-				c.expectations.CreationObserved(rng, key)
+			if pod, key, ok := owner(obj); ok {
+				// A migration's target pod is the migration controller's.
+				if _, target := pod.Labels[virtv1.MigrationJobLabel]; !target {
+					c.expectations.CreationObserved(rng, key)
+				}
 				c.queue.Add(item{rng, key})
 			}
 		},
@@ -519,9 +447,9 @@ func (c *Controller) dataVolumeReady(key string) (ready, known bool) {
 
 // enqueueKey queues the VMI key if a range this replica acts on has it.
 func (c *Controller) enqueueKey(key string) {
-	for i := range c.ranges {
-		if rc := c.ranges[i].Load(); rc != nil {
-			if _, exists, _ := rc.vmis.GetStore().GetByKey(key); exists {
+	for i := range c.written {
+		if r := c.cfg.Caches.Get(i); r != nil {
+			if _, exists, _ := r.VMIs.Get(key); exists {
 				c.queue.Add(item{i, key})
 				return
 			}
@@ -538,12 +466,12 @@ func (c *Controller) pvcAdded(obj any) {
 
 // claimChanged wakes the VMIs that use the claim (or DataVolume) claim.
 func (c *Controller) claimChanged(claim string) {
-	for i := range c.ranges {
-		rc := c.ranges[i].Load()
-		if rc == nil {
+	for i := range c.written {
+		r := c.cfg.Caches.Get(i)
+		if r == nil {
 			continue
 		}
-		waiting, _ := rc.vmis.GetIndexer().ByIndex(byClaim, claim)
+		waiting, _ := r.VMIs.ByIndex(byClaim, claim)
 		for _, v := range waiting {
 			c.enqueue(i, v)
 		}

@@ -52,7 +52,7 @@ func RegisterGauges(reg prometheus.Registerer, g Gauges) {
 		Name: "virtshard_controller_expectations_pending",
 		Help: "VMIs with creations or deletions sent but not yet seen by the informers.",
 	}, g.PendingExpectations))
-	for _, resource := range []string{"virtualmachineinstances", "pods"} {
+	for _, resource := range []string{"virtualmachineinstances", "pods", "virtualmachines"} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "virtshard_informer_cached_objects",
 			Help:        "Objects in the caches of the ranges this replica holds.",

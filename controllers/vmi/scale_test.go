@@ -15,6 +15,7 @@ import (
 	"github.com/virtshard/virtshard/bench/cluster/clustertest"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/bench/workload"
+	"github.com/virtshard/virtshard/controllers/controllertest"
 )
 
 // The scale tests run replicas as separate processes of the real binary,
@@ -27,7 +28,7 @@ func startProcesses(t *testing.T, ns string, n int) []*replicas.Replica {
 	var procs []*replicas.Replica
 	for i := range n {
 		r, err := replicas.Start(replicas.Options{
-			Binary: clustertest.ControllerBinary(t), Kubeconfig: kubeconfig(t), Namespace: ns, WatchNamespace: ns, LogDir: t.TempDir(),
+			Binary: clustertest.ControllerBinary(t), Kubeconfig: controllertest.Kubeconfig(t), Namespace: ns, WatchNamespace: ns, LogDir: t.TempDir(),
 		}, fmt.Sprintf("replica-%d", i))
 		if err != nil {
 			t.Fatal(err)

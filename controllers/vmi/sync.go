@@ -45,11 +45,11 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 	if !c.cfg.Fence.Holds(it.rng) || c.releasing[it.rng].Load() {
 		return nil // not ours (any more): the next owner reconciles it
 	}
-	rc := c.ranges[it.rng].Load()
-	if rc == nil {
+	r := c.cfg.Caches.Get(it.rng)
+	if r == nil {
 		return nil
 	}
-	obj, exists, err := rc.vmis.GetStore().GetByKey(it.key)
+	vmi, exists, err := r.VMIs.Get(it.key)
 	if err != nil {
 		return err
 	}
@@ -57,8 +57,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		c.expectations.Delete(it.rng, it.key)
 		return nil
 	}
-	vmi := obj.(*virtv1.VirtualMachineInstance)
-	podObjs, err := rc.pods.GetIndexer().ByIndex(byVMIUID, string(vmi.UID))
+	podObjs, err := r.Pods.GetIndexer().ByIndex(byVMIUID, string(vmi.UID))
 	if err != nil {
 		return err
 	}
@@ -76,13 +75,13 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 	if vmi.DeletionTimestamp != nil {
 		return c.syncDeletion(ctx, it, vmi, pods, satisfied)
 	}
-	pod := newestPod(pods)
+	pod := activePod(vmi, pods)
 	switch vmi.Status.Phase {
 	case "", virtv1.Pending:
 		if pod != nil {
 			return c.followPod(it, vmi, pod)
 		}
-		if !satisfied || c.batcher.Pending(it.key) {
+		if !satisfied || c.batcher.Pending(it.key, vmi.UID) {
 			// Our create is on its way to the cache, or the VMI has moved on
 			// in a status write not yet sent: never a second pod.
 			return nil
@@ -100,15 +99,25 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 	return nil // final: nothing to do until deletion
 }
 
-// newestPod is the launcher pod that counts; normally there is one, by name.
-func newestPod(pods []*corev1.Pod) *corev1.Pod {
-	var newest *corev1.Pod
+// activePod is the launcher pod that runs the VMI: once the VMI has a
+// node, the pod on that node — a migration's target pod becomes it when the
+// VMI moves, and the source pod, which then completes, stops being it —
+// before that, the newest pod that is not a migration target. Normally
+// there is one, by name.
+func activePod(vmi *virtv1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.Pod {
+	var active *corev1.Pod
 	for _, p := range pods {
-		if newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time) {
-			newest = p
+		if node := vmi.Status.NodeName; node != "" && p.Spec.NodeName != node {
+			continue
+		}
+		if _, target := p.Labels[virtv1.MigrationJobLabel]; target && vmi.Status.NodeName == "" {
+			continue
+		}
+		if active == nil || p.CreationTimestamp.After(active.CreationTimestamp.Time) {
+			active = p
 		}
 	}
-	return newest
+	return active
 }
 
 // createPod checks that the VMI can run and creates its launcher pod.
@@ -165,14 +174,13 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	logger.V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
 	c.recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
 	at := metav1.Now()
-	c.batcher.EnqueueLazy(it.rng, it.key, c.lazyWait(), toScheduling(created, at))
+	c.batcher.EnqueueLazy(it.rng, it.key, cached.UID, c.lazyWait(), toScheduling(created, at))
 	return nil
 }
 
 func (c *Controller) activeMigration(vmi *virtv1.VirtualMachineInstance) bool {
-	migrations, _ := c.migrations.GetIndexer().ByIndex(byVMIName, vmi.Namespace+"/"+vmi.Name)
-	for _, m := range migrations {
-		if !m.(*virtv1.VirtualMachineInstanceMigration).IsFinal() {
+	for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+		if !m.IsFinal() {
 			return true
 		}
 	}
@@ -188,16 +196,16 @@ func (c *Controller) followPod(it item, vmi *virtv1.VirtualMachineInstance, pod 
 		// Terminating: the VMI fails when the pod is gone.
 	case pod.Status.Phase == corev1.PodRunning && podReady(pod):
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduled) {
-			c.batcher.Enqueue(it.rng, it.key, c.cfg.UrgentStatusWait, toScheduled(pod, metav1.Now()))
+			c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, toScheduled(pod, metav1.Now()))
 		}
 	default:
 		// Scheduling is already on its way if anything is pending for the
 		// VMI: a second lazy intent could only pull its write forward.
-		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) && !c.batcher.Pending(it.key) {
-			c.batcher.EnqueueLazy(it.rng, it.key, c.lazyWait(), toScheduling(pod, pod.CreationTimestamp))
+		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) && !c.batcher.Pending(it.key, vmi.UID) {
+			c.batcher.EnqueueLazy(it.rng, it.key, vmi.UID, c.lazyWait(), toScheduling(pod, pod.CreationTimestamp))
 		}
 		if cond := unschedulable(pod); cond != nil {
-			c.batcher.EnqueueLazy(it.rng, it.key, c.lazyWait(), copyPodScheduled(*cond))
+			c.batcher.EnqueueLazy(it.rng, it.key, vmi.UID, c.lazyWait(), copyPodScheduled(*cond))
 		}
 	}
 	return nil
@@ -210,7 +218,7 @@ func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.Virt
 		return nil
 	}
 	if len(pods) == 0 {
-		c.batcher.Enqueue(it.rng, it.key, c.cfg.UrgentStatusWait, finalize)
+		c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, finalize)
 		return nil
 	}
 	for _, pod := range pods {
@@ -244,12 +252,12 @@ func (c *Controller) blocked(it item, vmi *virtv1.VirtualMachineInstance, eventT
 		return // already reported
 	}
 	c.recorder.Event(vmi, eventType, reason, message)
-	c.batcher.Enqueue(it.rng, it.key, c.cfg.UrgentStatusWait, notSynchronized(reason, message, metav1.Now()))
+	c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, notSynchronized(reason, message, metav1.Now()))
 }
 
 func (c *Controller) fail(it item, vmi *virtv1.VirtualMachineInstance, reason, message string) {
 	c.recorder.Event(vmi, corev1.EventTypeWarning, reason, message)
-	c.batcher.Enqueue(it.rng, it.key, c.cfg.UrgentStatusWait, toFailed(reason, message, metav1.Now()))
+	c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, toFailed(reason, message, metav1.Now()))
 }
 
 func podReady(pod *corev1.Pod) bool {

@@ -4,24 +4,20 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster/clustertest"
 	"github.com/virtshard/virtshard/bench/workload"
-	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
+	"github.com/virtshard/virtshard/controllers/controllertest"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/template"
 )
@@ -34,14 +30,8 @@ type env struct {
 	ns   string
 	kube kubernetes.Interface
 	kv   *kubevirt.Clientset
-	// replicas by identity: their metrics and how to stop them.
-	replicas map[string]*replica
-}
-
-type replica struct {
-	registry *prometheus.Registry
-	cancel   context.CancelFunc
-	done     chan error
+	// replicas by identity.
+	replicas map[string]*controllertest.Replica
 }
 
 func newEnv(t *testing.T, replicas int) *env {
@@ -51,55 +41,9 @@ func newEnv(t *testing.T, replicas int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ns: clustertest.Namespace(t), kube: kubernetes.NewForConfigOrDie(cfg), kv: kv, replicas: map[string]*replica{}}
-	t.Cleanup(func() {
-		for _, r := range e.replicas {
-			r.cancel()
-			<-r.done
-		}
-	})
-	for i := range replicas {
-		e.start(fmt.Sprintf("replica-%d", i))
-	}
+	e := &env{t: t, ns: clustertest.Namespace(t), kube: kubernetes.NewForConfigOrDie(cfg), kv: kv}
+	e.replicas = controllertest.StartN(t, e.ns, replicas, nil)
 	return e
-}
-
-// kubeconfig writes the test cluster's config for a replica to read.
-func kubeconfig(t *testing.T) string {
-	cfg := clustertest.Config(t)
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	api := clientcmdapi.NewConfig()
-	api.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, CertificateAuthority: cfg.CAFile}
-	api.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData,
-		ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile}
-	api.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	api.CurrentContext = "c"
-	if err := clientcmd.WriteToFile(*api, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// start runs a replica in this process, as the binary would run it.
-func (e *env) start(id string) *replica {
-	opts := app.NewOptions()
-	opts.Kubeconfig = kubeconfig(e.t)
-	opts.Namespace = e.ns
-	opts.Watch = e.ns
-	opts.Identity = id
-	opts.Address = "127.0.0.1:0"
-	opts.QPS, opts.Burst = -1, 0
-	opts.Registry = prometheus.NewRegistry()
-	// Short lazy waits keep the tests quick; the bench uses the defaults.
-	opts.LazyStatus = time.Second
-	if err := opts.Validate(); err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &replica{registry: opts.Registry, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- opts.Run(ctx) }()
-	e.replicas[id] = r
-	return r
 }
 
 func (e *env) create(vmi *virtv1.VirtualMachineInstance) *virtv1.VirtualMachineInstance {
@@ -212,7 +156,7 @@ func TestVMIRunsAndIsDeletedWithTwoReplicas(t *testing.T) {
 	// The replicas' metrics saw it: the queue, the reconciles, the phases.
 	var adds, reconciles, runningObserved float64
 	for _, r := range e.replicas {
-		families, err := r.registry.Gather()
+		families, err := r.Registry.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/virtshard/virtshard/controllers/vm"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -36,6 +37,9 @@ type Options struct {
 	BusyDepth     int
 	UrgentStatus  time.Duration
 	LauncherImage string
+	// MaxStartBackoff caps the crash-loop backoff of VMs whose VMIs fail
+	// before they run.
+	MaxStartBackoff time.Duration
 	// Registry receives the replica's metrics; nil means a fresh one. Tests
 	// running several replicas in one process pass their own.
 	Registry *prometheus.Registry
@@ -62,6 +66,8 @@ func NewOptions() *Options {
 		BusyDepth:     20,
 		UrgentStatus:  5 * time.Millisecond,
 		LauncherImage: "quay.io/kubevirt/virt-launcher:v1.8.1",
+
+		MaxStartBackoff: vm.DefaultMaxStartBackoff,
 	}
 }
 
@@ -77,7 +83,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "range lease duration")
 	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "stop acting on a range this long after its last renewal started")
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "lease renew and retry period")
-	fs.IntVar(&o.Workers, "workers", o.Workers, "VMI reconcile workers")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "reconcile workers of each controller")
 	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "concurrent status patches")
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "client QPS to the API server")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "client burst to the API server")
@@ -88,6 +94,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.BusyDepth, "busy-depth", o.BusyDepth, "VMIs queued for a sync or with status pending from which the controller counts as busy")
 	fs.DurationVar(&o.UrgentStatus, "urgent-status-wait", o.UrgentStatus, "batching window of other status writes")
 	fs.StringVar(&o.LauncherImage, "launcher-image", o.LauncherImage, "virt-launcher image of launcher pods")
+	fs.DurationVar(&o.MaxStartBackoff, "max-start-backoff", o.MaxStartBackoff, "cap of the wait before a VM whose VMI failed before running is started again")
 }
 
 // Parse parses args, including klog's flags, and validates.
@@ -115,6 +122,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Workers < 1 || o.StatusWorkers < 1 {
 		errs = append(errs, errors.New("--workers and --status-workers must be at least 1"))
+	}
+	if o.MaxStartBackoff <= 0 {
+		errs = append(errs, errors.New("--max-start-backoff must be positive"))
 	}
 	if o.Identity == "" || o.Namespace == "" {
 		errs = append(errs, errors.New("--identity and --namespace must not be empty"))

@@ -19,11 +19,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clientmetrics"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/queuemetrics"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/controllers/vm"
 	"github.com/virtshard/virtshard/controllers/vmi"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -71,11 +73,15 @@ func (o *Options) Run(ctx context.Context) error {
 	tmpl := template.DefaultOptions()
 	tmpl.LauncherImage = o.LauncherImage
 	tmpl.RangeLabel = shard.LabelRange
-	controller := vmi.New(vmi.Config{
+	cachesConfig := caches.Config{Kube: kube, KubeVirt: kv, Namespace: o.Watch, Ranges: ranges, Metrics: shardMetrics}
+	rangeCaches, clusterCaches := caches.NewRanges(cachesConfig), caches.NewCluster(cachesConfig)
+	controller, err := vmi.New(vmi.Config{
 		Kube: kube, KubeVirt: kv, Metadata: meta, Dynamic: dyn,
 		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
 		Namespace:        o.Watch,
 		Ranges:           ranges,
+		Caches:           rangeCaches,
+		Cluster:          clusterCaches,
 		Options:          tmpl,
 		LazyStatusWait:   o.LazyStatus,
 		BusyStatusWait:   o.BusyStatus,
@@ -86,7 +92,20 @@ func (o *Options) Run(ctx context.Context) error {
 		ShardMetrics:     shardMetrics,
 		StatusMetrics:    status.NewMetrics(registry),
 	})
+	if err != nil {
+		return err
+	}
 	vmi.RegisterGauges(registry, controller)
+	vmController, err := vm.New(vm.Config{
+		Kube: kube, KubeVirt: kv,
+		Fence:           fence(func(i int) bool { return manager.Holds(i) }),
+		Ranges:          ranges,
+		Caches:          rangeCaches,
+		MaxStartBackoff: o.MaxStartBackoff,
+	})
+	if err != nil {
+		return err
+	}
 	manager, err = shard.NewManager(shard.Config{
 		Client:        kube,
 		Namespace:     o.Namespace,
@@ -96,7 +115,7 @@ func (o *Options) Run(ctx context.Context) error {
 		LeaseDuration: o.LeaseDuration,
 		RenewDeadline: o.RenewDeadline,
 		RetryPeriod:   o.RetryPeriod,
-		Handler:       controller,
+		Handler:       rangeCaches,
 		Metrics:       shardMetrics,
 	})
 	if err != nil {
@@ -112,10 +131,14 @@ func (o *Options) Run(ctx context.Context) error {
 
 	controllerCtx, stopController := context.WithCancel(klog.NewContext(context.Background(), logger))
 	defer stopController()
+	if err := clusterCaches.Run(controllerCtx); err != nil {
+		return err
+	}
 	synced := make(chan struct{})
 	var wg sync.WaitGroup
 	var controllerErr error
 	wg.Go(func() { controllerErr = controller.Run(controllerCtx, o.Workers, synced) })
+	wg.Go(func() { vmController.Run(controllerCtx, o.Workers) })
 	select {
 	case <-synced:
 	case <-ctx.Done():

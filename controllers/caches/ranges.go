@@ -1,0 +1,211 @@
+package caches
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// Config wires the range caches.
+type Config struct {
+	Kube     kubernetes.Interface
+	KubeVirt *kubevirt.Clientset
+	// Namespace restricts the caches to one namespace; "" watches all.
+	Namespace string
+	Ranges    shard.Ranges
+	Metrics   *shard.Metrics
+}
+
+// Consumer is a controller that acts on the ranges the replica holds.
+//
+// Acquired is called once range r's informers have synced; the consumer
+// adds its event handlers there (an informer replays what it holds to a new
+// handler) and queues the range's objects. Releasing is called before the
+// informers stop, as shard.Handler describes.
+type Consumer interface {
+	Acquired(ctx context.Context, r *Range) error
+	Releasing(ctx context.Context, i int, reason shard.Reason)
+}
+
+// Ranges holds the informers of each range the replica holds.
+type Ranges struct {
+	cfg       Config
+	consumers []Consumer
+	started   atomic.Bool
+	held      []atomic.Pointer[Range]
+
+	vmiIndexers cache.Indexers
+	podIndexers cache.Indexers
+	vmIndexers  cache.Indexers
+}
+
+// Range is one held range's caches.
+type Range struct {
+	Index int
+	VMIs  VMIs
+	// Pods are the launcher pods of the range's VMIs, by range label.
+	Pods cache.SharedIndexInformer
+	// VMs are the VirtualMachines whose key hashes into the range.
+	VMs cache.SharedIndexInformer
+
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// NewRanges returns the range caches; controllers Register before the
+// shard manager runs.
+func NewRanges(cfg Config) *Ranges {
+	return &Ranges{
+		cfg:         cfg,
+		held:        make([]atomic.Pointer[Range], cfg.Ranges.Count()),
+		vmiIndexers: cache.Indexers{},
+		podIndexers: cache.Indexers{},
+		vmIndexers:  cache.Indexers{},
+	}
+}
+
+// Register adds a consumer with the indexers it reads by. Consumers learn of
+// an acquired range in registration order and of its release in reverse.
+func (c *Ranges) Register(consumer Consumer, vmis, pods, vms cache.Indexers) error {
+	if c.started.Load() {
+		return errors.New("register a consumer before any range is acquired")
+	}
+	for _, add := range []struct{ to, from cache.Indexers }{{c.vmiIndexers, vmis}, {c.podIndexers, pods}, {c.vmIndexers, vms}} {
+		for name, fn := range add.from {
+			if _, dup := add.to[name]; dup {
+				return fmt.Errorf("indexer %q registered twice", name)
+			}
+			add.to[name] = fn
+		}
+	}
+	c.consumers = append(c.consumers, consumer)
+	return nil
+}
+
+// Get is range i's caches while the replica holds it, else nil.
+func (c *Ranges) Get(i int) *Range { return c.held[i].Load() }
+
+// Cached counts the objects of a resource ("virtualmachineinstances",
+// "pods" or "virtualmachines") in the held ranges' caches.
+func (c *Ranges) Cached(resource string) float64 {
+	n := 0
+	for i := range c.held {
+		r := c.held[i].Load()
+		switch {
+		case r == nil:
+		case resource == "pods":
+			n += len(r.Pods.GetStore().ListKeys())
+		case resource == "virtualmachines":
+			n += len(r.VMs.GetStore().ListKeys())
+		default:
+			n += r.VMIs.Len()
+		}
+	}
+	return float64(n)
+}
+
+// Acquired implements shard.Handler: start range i's informers, wait for
+// them, then hand the range to every consumer.
+func (c *Ranges) Acquired(ctx context.Context, i int) error {
+	c.started.Store(true)
+	r, err := c.start(i)
+	if err != nil {
+		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), r.VMIs.HasSynced, r.Pods.HasSynced, r.VMs.HasSynced) {
+		r.stop()
+		return fmt.Errorf("caches of range %d did not sync: %w", i, ctx.Err())
+	}
+	c.held[i].Store(r)
+	for k, consumer := range c.consumers {
+		if err := consumer.Acquired(ctx, r); err != nil {
+			for _, done := range c.consumers[:k] {
+				done.Releasing(ctx, i, shard.ReasonFailed)
+			}
+			c.held[i].Store(nil)
+			r.stop()
+			return err
+		}
+	}
+	return nil
+}
+
+// Releasing implements shard.Handler: consumers stop acting on range i, in
+// reverse order, and then its informers stop.
+func (c *Ranges) Releasing(ctx context.Context, i int, reason shard.Reason) {
+	for k := len(c.consumers) - 1; k >= 0; k-- {
+		c.consumers[k].Releasing(ctx, i, reason)
+	}
+	if r := c.held[i].Swap(nil); r != nil {
+		r.stop()
+	}
+}
+
+func (r *Range) stop() {
+	r.cancel()
+	r.done.Wait()
+}
+
+func (c *Ranges) start(i int) (*Range, error) {
+	owned := shard.NewSet(c.cfg.Ranges.Count(), i)
+	kv, ns := c.cfg.KubeVirt, c.cfg.Namespace
+	vmiLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return kv.VirtualMachineInstances(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return kv.VirtualMachineInstances(ns).Watch(ctx, o)
+		},
+	}
+	vmLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return kv.VirtualMachines(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return kv.VirtualMachines(ns).Watch(ctx, o)
+		},
+	}
+	podLW := cache.NewListWatchFromClient(c.cfg.Kube.CoreV1().RESTClient(), "pods", ns, fields.Everything())
+
+	r := &Range{Index: i}
+	var err error
+	informers := []struct {
+		into     *cache.SharedIndexInformer
+		lw       cache.ListerWatcher
+		sel      shard.Selection
+		example  runtime.Object
+		resource string
+		indexers cache.Indexers
+	}{
+		{&r.VMIs.Unlabelled, vmiLW, c.cfg.Ranges.ByUnlabelledKey(owned), &virtv1.VirtualMachineInstance{}, "virtualmachineinstances", c.vmiIndexers},
+		{&r.VMIs.Labelled, vmiLW, c.cfg.Ranges.ByLabel(owned), &virtv1.VirtualMachineInstance{}, "virtualmachineinstances", c.vmiIndexers},
+		{&r.Pods, podLW, c.cfg.Ranges.ByLabel(owned), &corev1.Pod{}, "pods", c.podIndexers},
+		{&r.VMs, vmLW, c.cfg.Ranges.ByKey(owned), &virtv1.VirtualMachine{}, "virtualmachines", c.vmIndexers},
+	}
+	for _, inf := range informers {
+		if *inf.into, err = shard.NewInformer(inf.lw, inf.sel, inf.example, inf.resource, c.cfg.Metrics, inf.indexers); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	for _, inf := range informers {
+		informer := *inf.into
+		r.done.Go(func() { informer.RunWithContext(ctx) })
+	}
+	return r, nil
+}

@@ -1,0 +1,221 @@
+package vm
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/expectations"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// DefaultMaxStartBackoff is KubeVirt's cap on the crash-loop backoff
+// (defaultMaxCrashLoopBackoffDelaySeconds).
+const DefaultMaxStartBackoff = 300 * time.Second
+
+// Config wires the controller.
+type Config struct {
+	Kube     kubernetes.Interface
+	KubeVirt *kubevirt.Clientset
+	// Fence reports whether this replica may act on a range now.
+	Fence  interface{ Holds(int) bool }
+	Ranges shard.Ranges
+	// Caches are the held ranges' informers; New registers the controller.
+	Caches *caches.Ranges
+	// MaxStartBackoff caps the wait before restarting a VMI that failed
+	// before it ever ran; the first waits are a 30th of it, growing with
+	// the square of the failures, as KubeVirt's.
+	MaxStartBackoff time.Duration
+	Clock           clock.WithTicker
+}
+
+// Controller is the VM controller of one replica.
+type Controller struct {
+	cfg          Config
+	queue        workqueue.TypedRateLimitingInterface[item]
+	expectations *expectations.Expectations
+	recorder     record.EventRecorder
+	broadcaster  record.EventBroadcaster
+	// written holds, by item, the VM our last write returned (see newest).
+	written sync.Map
+	// releasing[i] is set while range i is handed off; inflight[i] counts
+	// its syncs under way.
+	releasing []atomic.Bool
+	inflight  []atomic.Int32
+}
+
+// item is a queued VM: its range and namespace/name.
+type item struct {
+	rng int
+	key string
+}
+
+// New returns a controller registered with cfg.Caches.
+func New(cfg Config) (*Controller, error) {
+	if cfg.MaxStartBackoff <= 0 {
+		cfg.MaxStartBackoff = DefaultMaxStartBackoff
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	c := &Controller{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
+			workqueue.TypedRateLimitingQueueConfig[item]{Name: "vm", Clock: cfg.Clock}),
+		expectations: expectations.New(cfg.Ranges.Count(), cfg.Clock),
+		releasing:    make([]atomic.Bool, cfg.Ranges.Count()),
+		inflight:     make([]atomic.Int32, cfg.Ranges.Count()),
+	}
+	c.broadcaster = record.NewBroadcaster()
+	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
+	return c, cfg.Caches.Register(c, nil, nil, nil)
+}
+
+// Run starts the workers and blocks until ctx is done. Ranges come and go
+// through Acquired/Releasing.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	c.broadcaster.StartStructuredLogging(4)
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	klog.FromContext(ctx).Info("VM controller running", "workers", workers)
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+// Acquired implements caches.Consumer: watch range r's VMs and VMIs; the
+// informers replay what they hold, which queues every VM of the range.
+func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
+	c.releasing[r.Index].Store(false)
+	if _, err := r.VMs.AddEventHandler(c.vmHandler(r.Index)); err != nil {
+		return err
+	}
+	return r.VMIs.AddEventHandler(c.vmiHandler(r.Index))
+}
+
+// Releasing implements caches.Consumer: stop acting on range i and forget
+// its expectations; the next owner starts from the objects.
+func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
+	c.releasing[i].Store(true)
+	for c.inflight[i].Load() > 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	c.expectations.DropRange(i)
+	c.written.Range(func(k, _ any) bool {
+		if k.(item).rng == i {
+			c.written.Delete(k)
+		}
+		return true
+	})
+}
+
+func (c *Controller) vmHandler(rng int) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.enqueue(rng, obj) },
+		UpdateFunc: func(oldObj, newObj any) {
+			if oldObj.(*virtv1.VirtualMachine).ResourceVersion != newObj.(*virtv1.VirtualMachine).ResourceVersion {
+				c.enqueue(rng, newObj)
+			}
+		},
+		DeleteFunc: func(obj any) { c.enqueue(rng, obj) },
+	}
+}
+
+// vmiHandler maps VMIs that a VM controls to their VM and feeds the
+// expectations.
+func (c *Controller) vmiHandler(rng int) cache.ResourceEventHandler {
+	owner := func(obj any) (*virtv1.VirtualMachineInstance, string, bool) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		vmi, ok := obj.(*virtv1.VirtualMachineInstance)
+		if !ok {
+			return nil, "", false
+		}
+		ref := metav1.GetControllerOf(vmi)
+		if ref == nil || ref.Kind != virtv1.VirtualMachineGroupVersionKind.Kind {
+			return nil, "", false
+		}
+		return vmi, vmi.Namespace + "/" + ref.Name, true
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if _, key, ok := owner(obj); ok {
+				c.expectations.CreationObserved(rng, key)
+				c.queue.Add(item{rng, key})
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			old, cur := oldObj.(*virtv1.VirtualMachineInstance), newObj.(*virtv1.VirtualMachineInstance)
+			if old.ResourceVersion == cur.ResourceVersion {
+				return
+			}
+			if vmi, key, ok := owner(newObj); ok {
+				// A VMI marked for deletion is as good as deleted for
+				// the VM, as in KubeVirt.
+				if old.DeletionTimestamp == nil && vmi.DeletionTimestamp != nil {
+					c.expectations.DeletionObserved(rng, key, vmi.UID)
+				}
+				c.queue.Add(item{rng, key})
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if vmi, key, ok := owner(obj); ok {
+				c.expectations.DeletionObserved(rng, key, vmi.UID)
+				c.queue.Add(item{rng, key})
+			}
+		},
+	}
+}
+
+func (c *Controller) enqueue(rng int, obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	c.queue.Add(item{rng, key})
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	it, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(it)
+	after, err := c.sync(ctx, it)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).V(2).Info("Reconcile failed, requeueing", "vm", it.key, "range", it.rng, "err", err)
+		c.queue.AddRateLimited(it)
+	case after > 0:
+		// Time-driven: a start backoff runs out.
+		c.queue.Forget(it)
+		c.queue.AddAfter(it, after)
+	default:
+		c.queue.Forget(it)
+	}
+	return true
+}
+
+var _ caches.Consumer = (*Controller)(nil)

@@ -1,0 +1,233 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+)
+
+// Reasons of the VM's own conditions.
+const (
+	ReasonVMINotExists        = "VMINotExists"
+	ReasonVMIConditionMissing = "VMIConditionMissing"
+)
+
+// writeStatus writes the VM's status if it changed, with the cached
+// resourceVersion as a precondition: a state change request appended
+// meanwhile makes it conflict and retry instead of being lost.
+func (c *Controller) writeStatus(ctx context.Context, it item, o observed, syncErr *syncError) error {
+	vm := o.vm
+	status := c.status(o, syncErr)
+	if equality.Semantic.DeepEqual(status, vm.Status) || !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	update := vm.DeepCopy()
+	update.Status = status
+	updated, err := c.cfg.KubeVirt.VirtualMachines(vm.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("update status of VM %s: %w", it.key, err)
+	}
+	c.written.Store(it, updated)
+	return nil
+}
+
+// status is the VM's status as the sync observed it.
+func (c *Controller) status(o observed, syncErr *syncError) virtv1.VirtualMachineStatus {
+	vm, vmi := o.vm, o.vmi
+	now := metav1.NewTime(c.cfg.Clock.Now())
+	status := *vm.Status.DeepCopy()
+	status.Created = vmi != nil
+	status.Ready = vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceReady, corev1.ConditionTrue, "")
+	if vmi != nil {
+		status.RunStrategy = o.strategy
+		status.DesiredGeneration = vm.Generation
+		if gen, err := strconv.ParseInt(vmi.Annotations[virtv1.VirtualMachineGenerationAnnotation], 10, 64); err == nil {
+			status.ObservedGeneration = gen
+		}
+	}
+	status.StartFailure = c.startFailure(o, status.StartFailure, now.Time)
+	status.StateChangeRequests = stateChangeRequests(o)
+	status.Conditions = conditions(vm, vmi, syncErr, now)
+	status.PrintableStatus = printableStatus(o, status.StartFailure)
+	return status
+}
+
+// startFailure counts VMIs that ended without ever running, for the
+// crash-loop backoff, and forgets them once a VMI ran.
+func (c *Controller) startFailure(o observed, cur *virtv1.VirtualMachineStartFailure, now time.Time) *virtv1.VirtualMachineStartFailure {
+	switch o.strategy {
+	case virtv1.RunStrategyAlways, virtv1.RunStrategyRerunOnFailure, virtv1.RunStrategyOnce:
+	default:
+		return nil
+	}
+	vmi := o.vmi
+	switch {
+	case vmi == nil || (!vmi.IsFinal() && !ran(vmi)):
+		return cur
+	case ran(vmi):
+		return nil
+	case cur != nil && cur.LastFailedVMIUID == vmi.UID:
+		return cur // counted already
+	}
+	n := 1
+	if cur != nil {
+		n = cur.ConsecutiveFailCount + 1
+	}
+	retry := metav1.NewTime(now.Add(startBackoff(n, c.cfg.MaxStartBackoff, rand.Int64N)))
+	return &virtv1.VirtualMachineStartFailure{ConsecutiveFailCount: n, LastFailedVMIUID: vmi.UID, RetryAfterTimestamp: &retry}
+}
+
+// startBackoff is KubeVirt's crash-loop backoff: a 30th of the cap times
+// the square of the failures, plus up to half of that at random, capped.
+// randN(n) returns a number in [0, n).
+func startBackoff(failures int, limit time.Duration, randN func(int64) int64) time.Duration {
+	interval := limit / 30
+	delay := interval * time.Duration(failures*failures)
+	if delay <= 0 || delay >= limit {
+		return limit
+	}
+	delay += time.Duration(randN(int64(delay/2) + 1))
+	return min(delay, limit)
+}
+
+// ran reports whether the VMI ever reached Running.
+func ran(vmi *virtv1.VirtualMachineInstance) bool {
+	if vmi.Status.Phase == virtv1.Running {
+		return true
+	}
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
+		if t.Phase == virtv1.Running {
+			return true
+		}
+	}
+	return false
+}
+
+// stateChangeRequests drops the first request once it is done (a Start
+// whose VMI is up, a Stop whose VMI is gone or was another) and records a
+// Start for a VMI that RerunOnFailure deletes because it failed.
+func stateChangeRequests(o observed) []virtv1.VirtualMachineStateChangeRequest {
+	reqs := o.vm.Status.StateChangeRequests
+	vmi := o.vmi
+	if len(reqs) > 0 {
+		first := reqs[0]
+		switch {
+		case first.Action == virtv1.StopRequest && (vmi == nil || (first.UID != nil && *first.UID != vmi.UID)):
+			reqs = reqs[1:]
+		case first.Action == virtv1.StartRequest && vmi != nil && vmi.DeletionTimestamp == nil && !vmi.IsFinal():
+			reqs = reqs[1:]
+		}
+	}
+	if o.strategy == virtv1.RunStrategyRerunOnFailure && vmi != nil && vmi.Status.Phase == virtv1.Failed &&
+		(vmi.DeletionTimestamp != nil || o.deleting) && (len(reqs) == 0 || reqs[0].Action != virtv1.StartRequest) {
+		reqs = append([]virtv1.VirtualMachineStateChangeRequest{{Action: virtv1.StartRequest}}, reqs...)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	return reqs
+}
+
+// conditions mirrors the VMI's conditions; Ready is always there (False
+// without a VMI), and Failure says why the controller could not act.
+func conditions(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, syncErr *syncError, now metav1.Time) []virtv1.VirtualMachineCondition {
+	var out []virtv1.VirtualMachineCondition
+	ready := false
+	if vmi != nil {
+		for _, vc := range vmi.Status.Conditions {
+			out = append(out, virtv1.VirtualMachineCondition{
+				Type: virtv1.VirtualMachineConditionType(vc.Type), Status: vc.Status, Reason: vc.Reason, Message: vc.Message,
+				LastProbeTime: vc.LastProbeTime, LastTransitionTime: vc.LastTransitionTime,
+			})
+			ready = ready || vc.Type == virtv1.VirtualMachineInstanceReady
+		}
+	}
+	if !ready {
+		reason, message := ReasonVMINotExists, "VMI does not exist"
+		if vmi != nil {
+			reason, message = ReasonVMIConditionMissing, "VMI is missing the Ready condition"
+		}
+		out = append(out, since(vm, virtv1.VirtualMachineCondition{
+			Type: virtv1.VirtualMachineReady, Status: corev1.ConditionFalse, Reason: reason, Message: message,
+		}, now))
+	}
+	if syncErr != nil {
+		out = append(out, since(vm, virtv1.VirtualMachineCondition{
+			Type: virtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: syncErr.reason, Message: syncErr.message,
+		}, now))
+	}
+	return out
+}
+
+// since keeps the transition time of a condition that did not change.
+func since(vm *virtv1.VirtualMachine, cond virtv1.VirtualMachineCondition, now metav1.Time) virtv1.VirtualMachineCondition {
+	cond.LastTransitionTime = now
+	for _, old := range vm.Status.Conditions {
+		if old.Type == cond.Type && old.Status == cond.Status && old.Reason == cond.Reason {
+			cond.LastTransitionTime = old.LastTransitionTime
+		}
+	}
+	return cond
+}
+
+// printableStatus is KubeVirt's one-word summary, checked in its order.
+func printableStatus(o observed, failure *virtv1.VirtualMachineStartFailure) virtv1.VirtualMachinePrintableStatus {
+	vm, vmi := o.vm, o.vmi
+	running := vmi != nil && vmi.Status.Phase == virtv1.Running
+	switch {
+	case vm.DeletionTimestamp != nil:
+		return virtv1.VirtualMachineStatusTerminating
+	case vmi != nil && !vmi.IsFinal() && (vmi.DeletionTimestamp != nil || o.deleting):
+		return virtv1.VirtualMachineStatusStopping
+	case vmi != nil && migrating(vmi):
+		return virtv1.VirtualMachineStatusMigrating
+	case running && conditionIs(vmi, virtv1.VirtualMachineInstancePaused, corev1.ConditionTrue, ""):
+		return virtv1.VirtualMachineStatusPaused
+	case running:
+		return virtv1.VirtualMachineStatusRunning
+	case vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, "FailedPvcNotFound"):
+		return virtv1.VirtualMachineStatusPvcNotFound
+	case vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), corev1.ConditionFalse, corev1.PodReasonUnschedulable):
+		return virtv1.VirtualMachineStatusUnschedulable
+	case vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, "ErrImagePull"):
+		return virtv1.VirtualMachineStatusErrImagePull
+	case vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, "ImagePullBackOff"):
+		return virtv1.VirtualMachineStatusImagePullBackOff
+	case (vmi == nil && o.creating) || (vmi != nil && !vmi.IsFinal() && !running):
+		return virtv1.VirtualMachineStatusStarting
+	case (vmi == nil || vmi.IsFinal()) && failure != nil && failure.ConsecutiveFailCount > 0 &&
+		(o.strategy == virtv1.RunStrategyAlways || o.strategy == virtv1.RunStrategyRerunOnFailure || o.strategy == virtv1.RunStrategyOnce):
+		return virtv1.VirtualMachineStatusCrashLoopBackOff
+	case vmi == nil || vmi.IsFinal():
+		return virtv1.VirtualMachineStatusStopped
+	}
+	return virtv1.VirtualMachineStatusUnknown
+}
+
+// migrating reports a live migration under way.
+func migrating(vmi *virtv1.VirtualMachineInstance) bool {
+	m := vmi.Status.MigrationState
+	return m != nil && m.StartTimestamp != nil && !m.Completed && !m.Failed
+}
+
+// conditionIs reports whether the VMI has condition t with status (and
+// reason, unless "").
+func conditionIs(vmi *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType, status corev1.ConditionStatus, reason string) bool {
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == t {
+			return c.Status == status && (reason == "" || c.Reason == reason)
+		}
+	}
+	return false
+}

@@ -1,0 +1,395 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/shard"
+)
+
+// syncError is why the controller could not do what the VM asks; it ends up
+// in the VM's Failure condition.
+type syncError struct {
+	reason, message string
+}
+
+func (e *syncError) Error() string { return e.reason + ": " + e.message }
+
+// observed is what one sync sees of a VM.
+type observed struct {
+	vm  *virtv1.VirtualMachine
+	vmi *virtv1.VirtualMachineInstance // the VMI the VM controls, or nil
+	// strategy is the effective run strategy ("" if the spec is invalid).
+	strategy virtv1.VirtualMachineRunStrategy
+	// creating and deleting: a VMI create or delete was sent and is not
+	// observed yet.
+	creating, deleting bool
+}
+
+// sync reconciles one VM. It returns how long to wait before the next sync
+// when time alone will change the answer (a start backoff).
+func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
+	// Counted in flight before the checks, so that Releasing, which sets
+	// releasing first, can wait for every sync that got past them.
+	c.inflight[it.rng].Add(1)
+	defer c.inflight[it.rng].Add(-1)
+	if !c.cfg.Fence.Holds(it.rng) || c.releasing[it.rng].Load() {
+		return 0, nil // not ours (any more): the next owner reconciles it
+	}
+	r := c.cfg.Caches.Get(it.rng)
+	if r == nil {
+		return 0, nil
+	}
+	obj, exists, err := r.VMs.GetStore().GetByKey(it.key)
+	if err != nil {
+		return 0, err
+	}
+	if !exists {
+		c.expectations.Delete(it.rng, it.key)
+		// A VMI whose VM is gone (deleted with orphan propagation) must not
+		// keep our finalizer forever.
+		if vmi, _, err := r.VMIs.Get(it.key); err == nil && vmi != nil && metav1.GetControllerOf(vmi) != nil &&
+			metav1.GetControllerOf(vmi).Kind == virtv1.VirtualMachineGroupVersionKind.Kind {
+			orphan := *vmi
+			orphan.DeletionTimestamp = &metav1.Time{} // done, as far as the VM is concerned
+			return 0, c.releaseVMI(ctx, it, observed{vmi: &orphan})
+		}
+		return 0, nil
+	}
+	o := observed{vm: c.newest(it, obj.(*virtv1.VirtualMachine))}
+	vmi, _, err := r.VMIs.Get(it.key)
+	if err != nil {
+		return 0, err
+	}
+	var syncErr *syncError
+	var after time.Duration
+	if vmi != nil && !metav1.IsControlledBy(vmi, o.vm) {
+		syncErr = &syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.key)}
+		vmi, after = nil, foreignRetry
+	}
+	o.vmi = vmi
+	o.strategy, err = runStrategy(o.vm)
+	if err != nil && syncErr == nil {
+		syncErr = &syncError{"InvalidRunStrategy", err.Error()}
+	}
+
+	if c.expectations.Satisfied(it.rng, it.key) && syncErr == nil {
+		after, err = c.act(ctx, it, &o)
+		var foreign errForeign
+		switch {
+		case errors.As(err, &foreign):
+			syncErr, err, after = foreign.syncError, nil, foreignRetry
+		case errors.As(err, &syncErr):
+			err = nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	adds, dels := c.expectations.Pending(it.rng, it.key)
+	o.creating, o.deleting = adds > 0, dels > 0
+	if err := c.writeStatus(ctx, it, o, syncErr); err != nil {
+		return 0, err
+	}
+	if err := c.releaseVMI(ctx, it, o); err != nil {
+		return 0, err
+	}
+	return after, nil
+}
+
+// newest is the cached VM, or what our last write of it returned while
+// the informer has not caught up: a status written a moment ago (a start
+// failure, a consumed request) must not be acted on as if it were not.
+func (c *Controller) newest(it item, cached *virtv1.VirtualMachine) *virtv1.VirtualMachine {
+	w, ok := c.written.Load(it)
+	if !ok {
+		return cached
+	}
+	mine := w.(*virtv1.VirtualMachine)
+	if mine.UID == cached.UID && newer(mine.ResourceVersion, cached.ResourceVersion) {
+		return mine
+	}
+	c.written.CompareAndDelete(it, w)
+	return cached
+}
+
+// newer compares resourceVersions as the integers the API server makes
+// them (as client-go's mutation cache does).
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x > y
+}
+
+// act does what the run strategy and the first state change request ask.
+func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Duration, error) {
+	vm, vmi := o.vm, o.vmi
+	alive := vmi != nil && vmi.DeletionTimestamp == nil
+	if vm.DeletionTimestamp != nil {
+		switch {
+		case alive:
+			return 0, c.deleteVMI(ctx, it, vm, vmi)
+		case vmi == nil:
+			return 0, c.removeFinalizer(ctx, it, vm)
+		}
+		return 0, nil // the VMI is going away
+	}
+	if !slices.Contains(vm.Finalizers, virtv1.VirtualMachineControllerFinalizer) {
+		if err := c.addFinalizer(ctx, it, vm); err != nil {
+			return 0, err
+		}
+	}
+	start, stop := c.requests(o)
+	switch o.strategy {
+	case virtv1.RunStrategyAlways:
+		if alive && (vmi.IsFinal() || stop) {
+			return 0, c.deleteVMI(ctx, it, vm, vmi)
+		}
+		if vmi == nil {
+			return c.startAfterBackoff(ctx, it, vm)
+		}
+	case virtv1.RunStrategyRerunOnFailure:
+		if alive && (vmi.Status.Phase == virtv1.Failed || stop) {
+			return 0, c.deleteVMI(ctx, it, vm, vmi)
+		}
+		// Started once the strategy is (newly) RerunOnFailure, and again
+		// after a failure or on request.
+		if vmi == nil && (start || vm.Status.RunStrategy != virtv1.RunStrategyRerunOnFailure) {
+			return c.startAfterBackoff(ctx, it, vm)
+		}
+	case virtv1.RunStrategyOnce:
+		if vmi == nil && vm.Status.RunStrategy != virtv1.RunStrategyOnce {
+			return 0, c.createVMI(ctx, it, vm)
+		}
+	case virtv1.RunStrategyManual:
+		if alive && stop {
+			return 0, c.deleteVMI(ctx, it, vm, vmi)
+		}
+		if vmi == nil && start {
+			return 0, c.createVMI(ctx, it, vm)
+		}
+	case virtv1.RunStrategyHalted:
+		if alive {
+			return 0, c.deleteVMI(ctx, it, vm, vmi)
+		}
+	}
+	return 0, nil
+}
+
+// requests reads the first state change request: Start, or Stop of the
+// current VMI (a Stop naming another VMI is stale).
+func (c *Controller) requests(o *observed) (start, stop bool) {
+	reqs := o.vm.Status.StateChangeRequests
+	if len(reqs) == 0 {
+		return false, false
+	}
+	switch reqs[0].Action {
+	case virtv1.StartRequest:
+		return true, false
+	case virtv1.StopRequest:
+		return false, o.vmi != nil && (reqs[0].UID == nil || *reqs[0].UID == o.vmi.UID)
+	}
+	return false, false
+}
+
+// startAfterBackoff creates the VMI unless a start backoff is running, in
+// which case it says when to look again.
+func (c *Controller) startAfterBackoff(ctx context.Context, it item, vm *virtv1.VirtualMachine) (time.Duration, error) {
+	if f := vm.Status.StartFailure; f != nil && f.RetryAfterTimestamp != nil {
+		if left := f.RetryAfterTimestamp.Sub(c.cfg.Clock.Now()); left > 0 {
+			return left, nil
+		}
+	}
+	return 0, c.createVMI(ctx, it, vm)
+}
+
+// newVMI renders the VMI of vm from its template, stamped with the VM's
+// range so that the VM's replica also holds it.
+func newVMI(vm *virtv1.VirtualMachine, rng int) (*virtv1.VirtualMachineInstance, error) {
+	if vm.Spec.Template == nil {
+		return nil, &syncError{"FailedCreate", "the VM has no spec.template"}
+	}
+	vmi := &virtv1.VirtualMachineInstance{
+		ObjectMeta: *vm.Spec.Template.ObjectMeta.DeepCopy(),
+		Spec:       *vm.Spec.Template.Spec.DeepCopy(),
+	}
+	vmi.Name, vmi.GenerateName, vmi.Namespace = vm.Name, "", vm.Namespace
+	vmi.ResourceVersion, vmi.UID = "", ""
+	if vmi.Labels == nil {
+		vmi.Labels = map[string]string{}
+	}
+	vmi.Labels[shard.LabelRange] = strconv.Itoa(rng)
+	if vmi.Annotations == nil {
+		vmi.Annotations = map[string]string{}
+	}
+	vmi.Annotations[virtv1.VirtualMachineGenerationAnnotation] = strconv.FormatInt(vm.Generation, 10)
+	vmi.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(vm, virtv1.VirtualMachineGroupVersionKind)}
+	vmi.Finalizers = append(slices.DeleteFunc(vmi.Finalizers, func(f string) bool {
+		return f == virtv1.VirtualMachineControllerFinalizer
+	}), virtv1.VirtualMachineControllerFinalizer)
+	return vmi, nil
+}
+
+func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
+	vmi, err := newVMI(vm, it.rng)
+	if err != nil {
+		return err
+	}
+	if !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	c.expectations.ExpectCreations(it.rng, it.key, 1)
+	created, err := c.cfg.KubeVirt.VirtualMachineInstances(vm.Namespace).Create(ctx, vmi, metav1.CreateOptions{})
+	if err != nil {
+		c.expectations.CreationObserved(it.rng, it.key)
+		if apierrors.IsAlreadyExists(err) {
+			return c.alreadyExists(ctx, it, vm)
+		}
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) {
+			c.recorder.Eventf(vm, corev1.EventTypeWarning, "FailedCreate", "Error creating virtual machine instance: %v", err)
+			return &syncError{"FailedCreate", err.Error()}
+		}
+		return fmt.Errorf("create VMI %s: %w", it.key, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Started VM", "vm", klog.KObj(vm), "vmi", created.UID)
+	c.recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulCreate", "Started the virtual machine by creating the new virtual machine instance %s", created.Name)
+	return nil
+}
+
+// foreignRetry is how often a VM whose name a foreign VMI holds looks
+// again: that VMI may hash into another range, whose events never reach
+// this VM.
+const foreignRetry = 30 * time.Second
+
+// errForeign is a VMI of the VM's name that the VM does not control.
+type errForeign struct{ *syncError }
+
+// alreadyExists tells a VMI our own create made (the cache lags) from a
+// foreign one that holds the name.
+func (c *Controller) alreadyExists(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
+	existing, err := c.cfg.KubeVirt.VirtualMachineInstances(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get VMI %s: %w", it.key, err)
+	}
+	if metav1.IsControlledBy(existing, vm) {
+		return nil // ours: the informer will show it
+	}
+	return errForeign{&syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.key)}}
+}
+
+func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) error {
+	if !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	c.expectations.ExpectDeletions(it.rng, it.key, vmi.UID)
+	err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Delete(ctx, vmi.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &vmi.UID},
+	})
+	if err != nil {
+		c.expectations.DeletionObserved(it.rng, it.key, vmi.UID)
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil // gone, or another VMI by now: the informer tells
+		}
+		c.recorder.Eventf(vm, corev1.EventTypeWarning, "FailedDelete", "Error deleting virtual machine instance %s: %v", vmi.Name, err)
+		return fmt.Errorf("delete VMI %s: %w", it.key, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Stopped VM", "vm", klog.KObj(vm), "vmi", vmi.UID)
+	c.recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulDelete", "Stopped the virtual machine by deleting the virtual machine instance %s", vmi.UID)
+	return nil
+}
+
+// finalizerPatch sets the finalizers of an object at resourceVersion rv.
+func finalizerPatch(rv string, finalizers []string) ([]byte, error) {
+	if finalizers == nil {
+		finalizers = []string{}
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": rv, "finalizers": finalizers}})
+}
+
+func (c *Controller) addFinalizer(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
+	return c.patchVMFinalizers(ctx, it, vm, append(slices.Clone(vm.Finalizers), virtv1.VirtualMachineControllerFinalizer))
+}
+
+func (c *Controller) removeFinalizer(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
+	if !slices.Contains(vm.Finalizers, virtv1.VirtualMachineControllerFinalizer) {
+		return nil
+	}
+	return c.patchVMFinalizers(ctx, it, vm, slices.DeleteFunc(slices.Clone(vm.Finalizers), func(f string) bool {
+		return f == virtv1.VirtualMachineControllerFinalizer
+	}))
+}
+
+func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.VirtualMachine, finalizers []string) error {
+	if !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	patch, err := finalizerPatch(vm.ResourceVersion, finalizers)
+	if err != nil {
+		return err
+	}
+	updated, err := c.cfg.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patch finalizers of VM %s: %w", it.key, err)
+	}
+	// The rest of this sync works on what the server returned.
+	*vm = *updated
+	c.written.Store(it, updated)
+	return nil
+}
+
+// releaseVMI removes the VM controller's finalizer from a VMI that is done
+// (final or being deleted) once the VM's status has recorded it: the
+// finalizer is there so that no VMI disappears before its VM saw how it
+// ended (a start failure counts towards the backoff).
+func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error {
+	vmi := o.vmi
+	if vmi == nil || !(vmi.IsFinal() || vmi.DeletionTimestamp != nil) ||
+		!slices.Contains(vmi.Finalizers, virtv1.VirtualMachineControllerFinalizer) || !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	patch, err := finalizerPatch(vmi.ResourceVersion, slices.DeleteFunc(slices.Clone(vmi.Finalizers), func(f string) bool {
+		return f == virtv1.VirtualMachineControllerFinalizer
+	}))
+	if err != nil {
+		return err
+	}
+	_, err = c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("release VMI %s: %w", it.key, err)
+	}
+	return nil
+}
+
+// runStrategy is the VM's effective run strategy, as KubeVirt derives it.
+func runStrategy(vm *virtv1.VirtualMachine) (virtv1.VirtualMachineRunStrategy, error) {
+	switch {
+	case vm.Spec.Running != nil && vm.Spec.RunStrategy != nil:
+		return "", fmt.Errorf("spec.running and spec.runStrategy are mutually exclusive")
+	case vm.Spec.RunStrategy != nil:
+		switch s := *vm.Spec.RunStrategy; s {
+		case virtv1.RunStrategyAlways, virtv1.RunStrategyRerunOnFailure, virtv1.RunStrategyManual,
+			virtv1.RunStrategyHalted, virtv1.RunStrategyOnce:
+			return s, nil
+		default:
+			return "", fmt.Errorf("run strategy %q is not supported", s)
+		}
+	case vm.Spec.Running != nil && *vm.Spec.Running:
+		return virtv1.RunStrategyAlways, nil
+	}
+	return virtv1.RunStrategyHalted, nil
+}
