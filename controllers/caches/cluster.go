@@ -18,6 +18,10 @@ import (
 // ByVMIName indexes migrations by the namespace/name of their VMI.
 const ByVMIName = "vmiName"
 
+// ByVMIUID is the index of launcher pods by their VMI's UID, which the VMI
+// controller registers on the range caches.
+const ByVMIUID = "vmiUID"
+
 // Cluster holds the cluster-wide caches every replica keeps whole because
 // they are few and small: migrations (a replica acts only on those of VMIs
 // it holds) and nodes (cluster-scoped; a replica acts only on its own VMIs

@@ -16,6 +16,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/virtshard/virtshard/bench/cluster/clustertest"
+	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
 )
 
@@ -92,4 +93,23 @@ func Kubeconfig(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// StartProcesses starts n replicas as separate processes of the real
+// binary, named replica-0 …, so that one can be killed (SIGKILL) like a
+// crashed pod; args are extra flags. Test cleanup stops them.
+func StartProcesses(t *testing.T, ns string, n int, args ...string) []*replicas.Replica {
+	t.Helper()
+	var procs []*replicas.Replica
+	for i := range n {
+		r, err := replicas.Start(replicas.Options{
+			Binary: clustertest.ControllerBinary(t), Kubeconfig: Kubeconfig(t), Namespace: ns, WatchNamespace: ns, LogDir: t.TempDir(), Args: args,
+		}, fmt.Sprintf("replica-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Stop(15 * time.Second) })
+		procs = append(procs, r)
+	}
+	return procs
 }

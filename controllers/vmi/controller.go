@@ -37,7 +37,7 @@ import (
 // Indexes of the caches.
 const (
 	// byVMIUID indexes launcher pods by the VMI that created them.
-	byVMIUID = "vmiUID"
+	byVMIUID = caches.ByVMIUID
 	// byClaim indexes VMIs by the namespace/name of each PVC they use.
 	byClaim = "claim"
 )

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/bench/cluster/clustertest"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/controllers/controllertest"
@@ -21,22 +20,9 @@ import (
 // The scale tests run replicas as separate processes of the real binary,
 // so that one can be killed (SIGKILL) like a crashed pod.
 
-// startProcess starts a replica process watching ns; test cleanup stops it.
-// startProcesses starts n replica processes watching ns; test cleanup stops them.
 func startProcesses(t *testing.T, ns string, n int) []*replicas.Replica {
 	t.Helper()
-	var procs []*replicas.Replica
-	for i := range n {
-		r, err := replicas.Start(replicas.Options{
-			Binary: clustertest.ControllerBinary(t), Kubeconfig: controllertest.Kubeconfig(t), Namespace: ns, WatchNamespace: ns, LogDir: t.TempDir(),
-		}, fmt.Sprintf("replica-%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Stop(15 * time.Second) })
-		procs = append(procs, r)
-	}
-	return procs
+	return controllertest.StartProcesses(t, ns, n)
 }
 
 // createVMIs creates n VMIs with 16 concurrent creators in the background;

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/vm"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -40,6 +41,11 @@ type Options struct {
 	// MaxStartBackoff caps the crash-loop backoff of VMs whose VMIs fail
 	// before they run.
 	MaxStartBackoff time.Duration
+	// Migration limits (cluster-wide, across all replicas) and timeouts.
+	MigrationsPerCluster          int
+	OutboundMigrationsPerNode     int
+	MigrationUnschedulableTimeout time.Duration
+	MigrationPendingTimeout       time.Duration
 	// Registry receives the replica's metrics; nil means a fresh one. Tests
 	// running several replicas in one process pass their own.
 	Registry *prometheus.Registry
@@ -68,6 +74,11 @@ func NewOptions() *Options {
 		LauncherImage: "quay.io/kubevirt/virt-launcher:v1.8.1",
 
 		MaxStartBackoff: vm.DefaultMaxStartBackoff,
+
+		MigrationsPerCluster:          migration.DefaultLimits.PerCluster,
+		OutboundMigrationsPerNode:     migration.DefaultLimits.PerNode,
+		MigrationUnschedulableTimeout: migration.DefaultUnschedulableTimeout,
+		MigrationPendingTimeout:       migration.DefaultPendingTimeout,
 	}
 }
 
@@ -95,6 +106,10 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.UrgentStatus, "urgent-status-wait", o.UrgentStatus, "batching window of other status writes")
 	fs.StringVar(&o.LauncherImage, "launcher-image", o.LauncherImage, "virt-launcher image of launcher pods")
 	fs.DurationVar(&o.MaxStartBackoff, "max-start-backoff", o.MaxStartBackoff, "cap of the wait before a VM whose VMI failed before running is started again")
+	fs.IntVar(&o.MigrationsPerCluster, "parallel-migrations-per-cluster", o.MigrationsPerCluster, "live migrations in flight in the whole cluster, across all replicas")
+	fs.IntVar(&o.OutboundMigrationsPerNode, "parallel-outbound-migrations-per-node", o.OutboundMigrationsPerNode, "live migrations in flight out of one node")
+	fs.DurationVar(&o.MigrationUnschedulableTimeout, "migration-unschedulable-timeout", o.MigrationUnschedulableTimeout, "fail a migration whose target pod is unschedulable this long")
+	fs.DurationVar(&o.MigrationPendingTimeout, "migration-pending-timeout", o.MigrationPendingTimeout, "fail a migration whose target pod is not running this long")
 }
 
 // Parse parses args, including klog's flags, and validates.
@@ -122,6 +137,12 @@ func (o *Options) Validate() error {
 	}
 	if o.Workers < 1 || o.StatusWorkers < 1 {
 		errs = append(errs, errors.New("--workers and --status-workers must be at least 1"))
+	}
+	if o.MigrationsPerCluster < 1 || o.OutboundMigrationsPerNode < 1 {
+		errs = append(errs, errors.New("migration limits must be at least 1"))
+	}
+	if o.MigrationUnschedulableTimeout <= 0 || o.MigrationPendingTimeout <= 0 {
+		errs = append(errs, errors.New("migration timeouts must be positive"))
 	}
 	if o.MaxStartBackoff <= 0 {
 		errs = append(errs, errors.New("--max-start-backoff must be positive"))

@@ -22,6 +22,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clientmetrics"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/queuemetrics"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
@@ -106,6 +107,22 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	migrationController, err := migration.New(migration.Config{
+		Kube: kube, KubeVirt: kv,
+		Fence:                fence(func(i int) bool { return manager.Holds(i) }),
+		Ranges:               ranges,
+		Caches:               rangeCaches,
+		Cluster:              clusterCaches,
+		Namespace:            o.Namespace,
+		Name:                 o.Name,
+		Limits:               migration.Limits{PerCluster: o.MigrationsPerCluster, PerNode: o.OutboundMigrationsPerNode},
+		UnschedulableTimeout: o.MigrationUnschedulableTimeout,
+		PendingTimeout:       o.MigrationPendingTimeout,
+		Options:              tmpl,
+	})
+	if err != nil {
+		return err
+	}
 	manager, err = shard.NewManager(shard.Config{
 		Client:        kube,
 		Namespace:     o.Namespace,
@@ -139,6 +156,8 @@ func (o *Options) Run(ctx context.Context) error {
 	var controllerErr error
 	wg.Go(func() { controllerErr = controller.Run(controllerCtx, o.Workers, synced) })
 	wg.Go(func() { vmController.Run(controllerCtx, o.Workers) })
+	var migrationErr error
+	wg.Go(func() { migrationErr = migrationController.Run(controllerCtx, o.Workers) })
 	select {
 	case <-synced:
 	case <-ctx.Done():
@@ -153,7 +172,7 @@ func (o *Options) Run(ctx context.Context) error {
 	stopController()
 	wg.Wait()
 	logger.Info("Replica stopped")
-	return errors.Join(err, controllerErr)
+	return errors.Join(err, controllerErr, migrationErr)
 }
 
 type fence func(int) bool

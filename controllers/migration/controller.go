@@ -1,0 +1,270 @@
+package migration
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// KubeVirt's timeouts of a target pod that does not start.
+const (
+	DefaultUnschedulableTimeout = 5 * time.Minute
+	DefaultPendingTimeout       = 15 * time.Minute
+	// finishedToKeep is how many final migrations of one VMI are kept
+	// (defaultFinalizedMigrationGarbageCollectionBuffer).
+	finishedToKeep = 5
+	// permitGrace keeps a permit of a migration the cache does not know
+	// yet: another replica may have granted it a moment ago.
+	permitGrace = time.Minute
+)
+
+// Config wires the controller.
+type Config struct {
+	Kube     kubernetes.Interface
+	KubeVirt *kubevirt.Clientset
+	// Fence reports whether this replica may act on a range now.
+	Fence   interface{ Holds(int) bool }
+	Ranges  shard.Ranges
+	Caches  *caches.Ranges
+	Cluster *caches.Cluster
+	// Namespace and Name place the permit table: <Name>-migration-permits.
+	Namespace, Name string
+	Limits          Limits
+	// UnschedulableTimeout fails a migration whose target pod stays
+	// unschedulable this long; PendingTimeout one whose target pod does
+	// not run this long for any reason.
+	UnschedulableTimeout time.Duration
+	PendingTimeout       time.Duration
+	Options              template.Options
+}
+
+// Controller is the migration controller of one replica.
+type Controller struct {
+	cfg         Config
+	queue       workqueue.TypedRateLimitingInterface[item]
+	permits     *Permits
+	recorder    record.EventRecorder
+	broadcaster record.EventBroadcaster
+	releasing   []atomic.Bool
+	inflight    []atomic.Int32
+}
+
+// item is a migration to reconcile, in the range of its VMI (or, while its
+// VMI is not found, of its own key).
+type item struct {
+	rng int
+	key string
+}
+
+// New returns a controller registered with cfg.Caches.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if cfg.UnschedulableTimeout <= 0 {
+		cfg.UnschedulableTimeout = DefaultUnschedulableTimeout
+	}
+	if cfg.PendingTimeout <= 0 {
+		cfg.PendingTimeout = DefaultPendingTimeout
+	}
+	c := &Controller{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
+			workqueue.TypedRateLimitingQueueConfig[item]{Name: "migration"}),
+		releasing: make([]atomic.Bool, cfg.Ranges.Count()),
+		inflight:  make([]atomic.Int32, cfg.Ranges.Count()),
+	}
+	c.permits = &Permits{
+		Client: cfg.Kube, Namespace: cfg.Namespace, Name: cfg.Name + "-migration-permits",
+		Limits: cfg.Limits, Live: c.live, Grace: permitGrace, Now: time.Now,
+	}
+	c.broadcaster = record.NewBroadcaster()
+	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
+	return c, cfg.Caches.Register(c, nil, nil, nil)
+}
+
+// live tells the permit table whether a migration still counts.
+func (c *Controller) live(uid types.UID) (exists, final bool) {
+	for _, obj := range c.cfg.Cluster.Migrations.GetStore().List() {
+		if m := obj.(*virtv1.VirtualMachineInstanceMigration); m.UID == uid {
+			return true, m.IsFinal()
+		}
+	}
+	return false, false
+}
+
+// Run starts the workers and blocks until ctx is done; the cluster caches
+// must be running.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	c.broadcaster.StartStructuredLogging(4)
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
+	if _, err := c.cfg.Cluster.Migrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.migrationChanged,
+		UpdateFunc: func(_, obj any) { c.migrationChanged(obj) },
+		DeleteFunc: c.migrationChanged,
+	}); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	klog.FromContext(ctx).Info("Migration controller running", "workers", workers, "perCluster", c.cfg.Limits.PerCluster, "perNode", c.cfg.Limits.PerNode)
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// Acquired implements caches.Consumer: follow the range's VMIs and target
+// pods, and queue the migrations of its VMIs.
+func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
+	c.releasing[r.Index].Store(false)
+	if err := r.VMIs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.vmiChanged(r.Index, obj) },
+		UpdateFunc: func(_, obj any) { c.vmiChanged(r.Index, obj) },
+		DeleteFunc: func(obj any) { c.vmiChanged(r.Index, obj) },
+	}); err != nil {
+		return err
+	}
+	_, err := r.Pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.podChanged(r.Index, obj) },
+		UpdateFunc: func(_, obj any) { c.podChanged(r.Index, obj) },
+		DeleteFunc: func(obj any) { c.podChanged(r.Index, obj) },
+	})
+	for _, obj := range c.cfg.Cluster.Migrations.GetStore().List() {
+		if m := obj.(*virtv1.VirtualMachineInstanceMigration); c.cfg.Ranges.Of(m) == r.Index {
+			c.migrationChanged(m) // a VMI that is nowhere: its own range's
+		}
+	}
+	return err
+}
+
+// Releasing implements caches.Consumer. Permits stay with their
+// migrations: the next owner goes on with them.
+func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
+	c.releasing[i].Store(true)
+	for c.inflight[i].Load() > 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func unwrap(obj any) any {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return tomb.Obj
+	}
+	return obj
+}
+
+// migrationChanged queues a migration in the range of its VMI, if this
+// replica holds it, else in its own range, if held.
+func (c *Controller) migrationChanged(obj any) {
+	m, ok := unwrap(obj).(*virtv1.VirtualMachineInstanceMigration)
+	if !ok {
+		return
+	}
+	key := m.Namespace + "/" + m.Name
+	if m.IsFinal() || m.DeletionTimestamp != nil {
+		c.wakeWaiting() // a permit may be free
+	}
+	if rng, ok := c.vmiRange(m.Namespace + "/" + m.Spec.VMIName); ok {
+		c.queue.Add(item{rng, key})
+		return
+	}
+	if rng := c.cfg.Ranges.Of(m); c.cfg.Caches.Get(rng) != nil {
+		c.queue.Add(item{rng, key})
+	}
+}
+
+// wakeWaiting queues this replica's migrations that wait for a permit,
+// at once rather than at their next poll (KubeVirt re-enqueues its pending
+// migrations the same way when one ends).
+func (c *Controller) wakeWaiting() {
+	for _, obj := range c.cfg.Cluster.Migrations.GetStore().List() {
+		m := obj.(*virtv1.VirtualMachineInstanceMigration)
+		if m.Status.Phase != virtv1.MigrationPending {
+			continue
+		}
+		if rng, ok := c.vmiRange(m.Namespace + "/" + m.Spec.VMIName); ok {
+			c.queue.Add(item{rng, m.Namespace + "/" + m.Name})
+		}
+	}
+}
+
+// vmiRange finds the held range whose cache has the VMI.
+func (c *Controller) vmiRange(vmiKey string) (int, bool) {
+	for i := range c.cfg.Ranges.Count() {
+		if r := c.cfg.Caches.Get(i); r != nil {
+			if _, exists, _ := r.VMIs.Get(vmiKey); exists {
+				return i, true
+			}
+		}
+	}
+	return 0, false
+}
+
+func (c *Controller) vmiChanged(rng int, obj any) {
+	vmi, ok := unwrap(obj).(*virtv1.VirtualMachineInstance)
+	if !ok {
+		return
+	}
+	for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+		c.queue.Add(item{rng, m.Namespace + "/" + m.Name})
+	}
+}
+
+func (c *Controller) podChanged(rng int, obj any) {
+	pod, ok := unwrap(obj).(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if name := pod.Annotations[virtv1.MigrationJobNameAnnotation]; name != "" {
+		c.queue.Add(item{rng, pod.Namespace + "/" + name})
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	it, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(it)
+	after, err := c.sync(ctx, it)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).V(2).Info("Reconcile failed, requeueing", "migration", it.key, "range", it.rng, "err", err)
+		c.queue.AddRateLimited(it)
+	case after > 0:
+		c.queue.Forget(it)
+		c.queue.AddAfter(it, after)
+	default:
+		c.queue.Forget(it)
+	}
+	return true
+}
+
+var _ caches.Consumer = (*Controller)(nil)
+
+// now is a metav1.Time for status fields.
+func now() metav1.Time { return metav1.Now() }

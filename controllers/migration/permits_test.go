@@ -1,0 +1,160 @@
+package migration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/bench/cluster/clustertest"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func cand(uid, node string, system bool, _ int) candidate {
+	return candidate{uid: types.UID(uid), node: node, hasNode: node != "", system: system}
+}
+
+func TestGrantHoldsBothLimits(t *testing.T) {
+	limits := Limits{PerCluster: 3, PerNode: 2}
+	held := table{"a": {Node: "n1"}, "b": {Node: "n1"}}
+	cases := []struct {
+		name    string
+		t       table
+		m       candidate
+		waiting []candidate
+		granted bool
+	}{
+		{"room in the cluster and on the node", held, cand("c", "n2", false, 0), nil, true},
+		{"the node has its 2 already", held, cand("c", "n1", false, 0), nil, false},
+		{"the cluster has its 3 already", table{"a": {Node: "n1"}, "b": {Node: "n2"}, "x": {Node: "n3"}}, cand("c", "n4", false, 0), nil, false},
+		{"a held permit is kept", held, cand("a", "n1", false, 0), nil, true},
+		{"an older user migration waiting does not block another user's", held, cand("c", "n2", false, 1), []candidate{cand("d", "n3", false, 5)}, true},
+		{"a system migration waiting goes before a user one", held, cand("c", "n2", false, 9), []candidate{cand("d", "n3", true, 1)}, false},
+		{"a system migration goes before a user one waiting", held, cand("c", "n2", true, 1), []candidate{cand("d", "n3", false, 9)}, true},
+		{"a system waiter whose node is full does not block", held, cand("c", "n2", false, 1), []candidate{cand("d", "n1", true, 9)}, true},
+		{"a system waiter without a known node does not block", held, cand("c", "n2", false, 1), []candidate{cand("d", "", true, 9)}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			next, ok := tc.t.grant(tc.m, tc.waiting, limits, t0)
+			if ok != tc.granted {
+				t.Fatalf("granted = %v, want %v", ok, tc.granted)
+			}
+			if _, in := next[tc.m.uid]; in != tc.granted {
+				t.Errorf("the table has the permit: %v, want %v", in, tc.granted)
+			}
+			if len(tc.t) != len(held) && tc.name != "the cluster has its 3 already" {
+				t.Error("the input table was modified")
+			}
+		})
+	}
+}
+
+func TestPruneDropsPermitsOfMigrationsThatAreOver(t *testing.T) {
+	tbl := table{
+		"final":   {Node: "n", Granted: t0},
+		"running": {Node: "n", Granted: t0},
+		"unknown": {Node: "n", Granted: t0.Add(-2 * time.Minute)},
+		"new":     {Node: "n", Granted: t0.Add(-time.Second)},
+	}
+	live := func(uid types.UID) (bool, bool) {
+		switch uid {
+		case "final":
+			return true, true
+		case "running":
+			return true, false
+		}
+		return false, false
+	}
+	next, changed := tbl.prune(live, t0, time.Minute)
+	if !changed || len(next) != 2 {
+		t.Fatalf("pruned to %v, want running and new", next)
+	}
+	for _, uid := range []types.UID{"running", "new"} {
+		if _, ok := next[uid]; !ok {
+			t.Errorf("%s was dropped", uid)
+		}
+	}
+}
+
+// Replicas granting at once through the real API server's optimistic
+// concurrency never exceed the limits.
+func TestConcurrentAcquiresNeverExceedTheLimits(t *testing.T) {
+	client := kubernetes.NewForConfigOrDie(clustertest.Config(t))
+	ns := clustertest.Namespace(t)
+	limits := Limits{PerCluster: 5, PerNode: 2}
+	newPermits := func() *Permits {
+		return &Permits{Client: client, Namespace: ns, Name: "p", Limits: limits, Grace: time.Minute, Now: time.Now,
+			Live: func(types.UID) (bool, bool) { return true, false }}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted := map[string]int{}
+	for i := range 40 {
+		wg.Go(func() {
+			node := fmt.Sprintf("n%d", i%6)
+			ok, err := newPermits().Acquire(context.Background(), cand(fmt.Sprint(i), node, false, 0), nil)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				granted[node]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	_, tbl, err := newPermits().read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for node, n := range granted {
+		total += n
+		if n > limits.PerNode {
+			t.Errorf("%d permits out of %s, limit %d", n, node, limits.PerNode)
+		}
+	}
+	if total > limits.PerCluster || len(tbl) != total {
+		t.Errorf("%d granted, %d in the table, limit %d", total, len(tbl), limits.PerCluster)
+	}
+	if total == 0 {
+		t.Error("nothing granted")
+	}
+	for uid := range tbl {
+		if err := newPermits().Release(context.Background(), uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, tbl, _ := newPermits().read(context.Background()); len(tbl) != 0 {
+		t.Errorf("%d permits left after releasing all", len(tbl))
+	}
+}
+
+func TestReplacingNullsTheEarlierMigrationsFields(t *testing.T) {
+	now := metaNow()
+	old := &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "old", TargetNode: "a", TargetNodeAddress: "x", Completed: true, EndTimestamp: &now}
+	next := &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "new", TargetNode: "b"}
+	got, err := replacing(old, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["migrationUid"] != "new" || got["targetNode"] != "b" {
+		t.Errorf("new fields not set: %v", got)
+	}
+	for _, k := range []string{"targetNodeAddress", "completed", "endTimestamp"} {
+		if v, ok := got[k]; !ok || v != nil {
+			t.Errorf("%s = %v (present %v), want null", k, v, ok)
+		}
+	}
+}
+
+func metaNow() metav1.Time { return metav1.NewTime(t0) }

@@ -1,0 +1,89 @@
+package migration
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/template"
+)
+
+// targetPodName is deterministic, so that a replica taking a migration
+// over mid-way finds the pod its predecessor created instead of making a
+// second one.
+func targetPodName(vmi *virtv1.VirtualMachineInstance, m *virtv1.VirtualMachineInstanceMigration) string {
+	sum := sha256.Sum256([]byte(m.UID))
+	return template.PodName(vmi) + "-" + hex.EncodeToString(sum[:])[:5]
+}
+
+// renderTargetPod is the VMI's launcher pod for the migration's target: on
+// another node than the source (KubeVirt's pod anti-affinity to the VMI's
+// other pods, and a node affinity on the source's name, which holds even
+// on nodes without a hostname label), labelled with the migration.
+func (c *Controller) renderTargetPod(rng int, m *virtv1.VirtualMachineInstanceMigration, cached *virtv1.VirtualMachineInstance) (*corev1.Pod, error) {
+	vmi := cached.DeepCopy()
+	template.ApplyDefaults(vmi, c.cfg.Options)
+	pod, err := template.Render(vmi, rng, c.cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	pod.Name = targetPodName(vmi, m)
+	pod.Labels[virtv1.MigrationJobLabel] = string(m.UID)
+	pod.Annotations[virtv1.MigrationJobNameAnnotation] = m.Name
+	for k, v := range m.Spec.AddedNodeSelector {
+		pod.Spec.NodeSelector[k] = v
+	}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	aff := pod.Spec.Affinity
+	if aff.PodAntiAffinity == nil {
+		aff.PodAntiAffinity = &corev1.PodAntiAffinity{}
+	}
+	aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution,
+		corev1.PodAffinityTerm{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{virtv1.CreatedByLabel: string(vmi.UID)}},
+			TopologyKey:   corev1.LabelHostname,
+		})
+	if source := vmi.Status.NodeName; source != "" {
+		notSource := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{source}}
+		if aff.NodeAffinity == nil {
+			aff.NodeAffinity = &corev1.NodeAffinity{}
+		}
+		required := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		if required == nil || len(required.NodeSelectorTerms) == 0 {
+			required = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+		}
+		// Terms are ORed: the source is excluded from each.
+		for i := range required.NodeSelectorTerms {
+			required.NodeSelectorTerms[i].MatchFields = append(required.NodeSelectorTerms[i].MatchFields, notSource)
+		}
+		aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = required
+	}
+	return pod, nil
+}
+
+func (c *Controller) createTargetPod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance) (*corev1.Pod, error) {
+	pod, err := c.renderTargetPod(it.rng, m, vmi)
+	if err != nil {
+		return nil, fmt.Errorf("render target pod of migration %s: %w", it.key, err)
+	}
+	if !c.cfg.Fence.Holds(it.rng) {
+		return nil, fmt.Errorf("range %d no longer held", it.rng)
+	}
+	created, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return c.cfg.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create target pod of migration %s: %w", it.key, err)
+	}
+	c.recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulCreate, "Created migration target pod %s", created.Name)
+	return created, nil
+}

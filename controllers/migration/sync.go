@@ -1,0 +1,497 @@
+package migration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/caches"
+)
+
+// Finalizer keeps a migration until its permit is given back and its
+// target pod dealt with (KubeVirt's kubevirt.io/migrationJobFinalize).
+const Finalizer = "kubevirt.io/migrationJobFinalize"
+
+// MigratedToAnnotation marks a source launcher pod whose VMI left it: in a
+// real cluster the source virt-launcher exits by itself, and kwok's
+// launcher-migrated Stage plays that on this mark.
+const MigratedToAnnotation = "virtshard.io/migrated-to"
+
+// Reasons of failed migrations (events and the Failed condition).
+const (
+	ReasonVMINotFound      = "VMINotFound"
+	ReasonVMINotRunning    = "VMINotRunning"
+	ReasonInProgress       = "MigrationInProgress"
+	ReasonTargetPodGone    = "TargetPodGone"
+	ReasonUnschedulable    = "TargetPodUnschedulable"
+	ReasonPendingTimeout   = "TargetPodPendingTimeout"
+	ReasonVMIGone          = "VMIShutDown"
+	ReasonNodeFailed       = "MigrationFailedOnNode"
+	ReasonDeleted          = "MigrationDeleted"
+	ConditionFailed        = virtv1.VirtualMachineInstanceMigrationConditionType("Failed")
+	permitPoll             = time.Second
+	eventFailedMigration   = "FailedMigration"
+	eventSucceeded         = "SuccessfulMigration"
+	eventSuccessfulCreate  = "SuccessfulCreate"
+	eventSuccessfulHandOff = "SuccessfulHandOver"
+)
+
+// state is what one sync sees.
+type state struct {
+	m   *virtv1.VirtualMachineInstanceMigration
+	vmi *virtv1.VirtualMachineInstance
+	pod *corev1.Pod // the target pod, if it exists
+}
+
+func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
+	c.inflight[it.rng].Add(1)
+	defer c.inflight[it.rng].Add(-1)
+	if !c.cfg.Fence.Holds(it.rng) || c.releasing[it.rng].Load() {
+		return 0, nil
+	}
+	r := c.cfg.Caches.Get(it.rng)
+	if r == nil {
+		return 0, nil
+	}
+	obj, exists, err := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.key)
+	if err != nil || !exists {
+		return 0, err
+	}
+	s := state{m: obj.(*virtv1.VirtualMachineInstanceMigration).DeepCopy()}
+	s.vmi, _, err = r.VMIs.Get(s.m.Namespace + "/" + s.m.Spec.VMIName)
+	if err != nil {
+		return 0, err
+	}
+	if s.vmi == nil {
+		return 0, c.syncWithoutVMI(ctx, it, s)
+	}
+	if pods, err := r.Pods.GetIndexer().ByIndex(caches.ByVMIUID, string(s.vmi.UID)); err == nil {
+		for _, p := range pods {
+			if pod := p.(*corev1.Pod); pod.Labels[virtv1.MigrationJobLabel] == string(s.m.UID) {
+				s.pod = pod
+			}
+		}
+	}
+
+	if s.m.IsFinal() {
+		return 0, c.finish(ctx, it, s)
+	}
+	if s.m.DeletionTimestamp != nil {
+		return 0, c.failAndFinish(ctx, it, s, ReasonDeleted, "the migration was deleted before it ended")
+	}
+	return c.advance(ctx, it, s)
+}
+
+// syncWithoutVMI handles a migration whose VMI no held range has: only the
+// holder of the migration's own range acts, and only once the API server
+// confirms the VMI does not exist (it may be another replica's).
+func (c *Controller) syncWithoutVMI(ctx context.Context, it item, s state) error {
+	if c.cfg.Ranges.Of(s.m) != it.rng {
+		return nil
+	}
+	if s.m.IsFinal() {
+		return c.finish(ctx, it, s)
+	}
+	_, err := c.cfg.KubeVirt.VirtualMachineInstances(s.m.Namespace).Get(ctx, s.m.Spec.VMIName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return c.failAndFinish(ctx, it, s, ReasonVMINotFound, fmt.Sprintf("VMI %s/%s does not exist", s.m.Namespace, s.m.Spec.VMIName))
+	case err != nil:
+		return fmt.Errorf("get VMI of migration %s: %w", it.key, err)
+	}
+	return nil // it exists: its range's holder acts
+}
+
+// advance moves an active migration as far as what it sees allows, and
+// writes the status once.
+func (c *Controller) advance(ctx context.Context, it item, s state) (time.Duration, error) {
+	m, vmi := s.m, s.vmi
+	var after time.Duration
+	ms := vmi.Status.MigrationState
+	handedOff := ms != nil && ms.MigrationUID == m.UID && ms.TargetNode != ""
+	if m.Status.Phase != virtv1.MigrationPhaseUnset && m.Status.Phase != virtv1.MigrationPending {
+		switch {
+		case vmi.IsFinal() || vmi.DeletionTimestamp != nil:
+			return 0, c.failAndFinish(ctx, it, s, ReasonVMIGone, "the VMI shut down during the migration")
+		case s.pod == nil:
+			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, "the target pod was removed")
+		case s.pod.Status.Phase == corev1.PodFailed || s.pod.DeletionTimestamp != nil:
+			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, "the target pod shut down")
+		case handedOff && ms.Failed:
+			return 0, c.failAndFinish(ctx, it, s, ReasonNodeFailed, "the source node reported the migration failed")
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		next := m.Status.Phase
+		switch m.Status.Phase {
+		case virtv1.MigrationPhaseUnset:
+			if reason, message := c.refuse(s); reason != "" {
+				return 0, c.failAndFinish(ctx, it, s, reason, message)
+			}
+			if !slices.Contains(m.Finalizers, Finalizer) {
+				if err := c.addFinalizer(ctx, it, m); err != nil {
+					return 0, err
+				}
+			}
+			m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{SourceNode: vmi.Status.NodeName, MigrationUID: m.UID}
+			next = virtv1.MigrationPending
+		case virtv1.MigrationPending:
+			if s.pod == nil {
+				granted, err := c.permits.Acquire(ctx, c.candidate(m), c.waiting())
+				if err != nil {
+					return 0, err
+				}
+				if !granted {
+					after = permitPoll // at a limit: look again shortly
+					break
+				}
+				if s.pod, err = c.createTargetPod(ctx, it, m, vmi); err != nil {
+					return 0, err
+				}
+			}
+			next = virtv1.MigrationScheduling
+		case virtv1.MigrationScheduling:
+			if podReady(s.pod) {
+				next = virtv1.MigrationScheduled
+				break
+			}
+			reason, message, left := c.podTimedOut(s.pod)
+			if reason != "" {
+				return 0, c.failAndFinish(ctx, it, s, reason, message)
+			}
+			after = left
+		case virtv1.MigrationScheduled:
+			if !handedOff {
+				if err := c.handOff(ctx, it, m, vmi, s.pod); err != nil {
+					return 0, err
+				}
+				break // the VMI's update brings us back
+			}
+			next = virtv1.MigrationPreparingTarget
+		case virtv1.MigrationPreparingTarget:
+			if ms.TargetNodeAddress != "" {
+				next = virtv1.MigrationTargetReady
+			}
+		case virtv1.MigrationTargetReady:
+			if ms.StartTimestamp != nil {
+				next = virtv1.MigrationRunning
+			}
+		case virtv1.MigrationRunning:
+			if ms.Completed && !ms.Failed {
+				next = virtv1.MigrationSucceeded
+			}
+		}
+		if next != m.Status.Phase {
+			setPhase(m, next)
+			changed = next != virtv1.MigrationSucceeded
+		}
+	}
+	if m.Status.Phase == virtv1.MigrationSucceeded {
+		m.Status.MigrationState = vmi.Status.MigrationState.DeepCopy()
+		c.recorder.Eventf(m, corev1.EventTypeNormal, eventSucceeded, "Source node reported migration succeeded")
+		if err := c.writeStatus(ctx, it, m); err != nil {
+			return 0, err
+		}
+		return 0, c.finish(ctx, it, s)
+	}
+	return after, c.writeStatus(ctx, it, m)
+}
+
+// refuse says why a new migration cannot run, as KubeVirt's admission and
+// canMigrateVMI would.
+func (c *Controller) refuse(s state) (reason, message string) {
+	vmi := s.vmi
+	if vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil {
+		return ReasonVMINotRunning, fmt.Sprintf("VMI %s is %s, not Running", vmi.Name, vmi.Status.Phase)
+	}
+	for _, other := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+		if other.UID == s.m.UID || other.IsFinal() || other.Status.Phase == virtv1.MigrationPhaseUnset {
+			continue
+		}
+		return ReasonInProgress, fmt.Sprintf("migration %s of VMI %s is in progress", other.Name, vmi.Name)
+	}
+	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationUID != s.m.UID && !ms.Completed && !ms.Failed && ms.TargetNode != "" {
+		return ReasonInProgress, fmt.Sprintf("VMI %s is migrating (migration %s)", vmi.Name, ms.MigrationUID)
+	}
+	return "", ""
+}
+
+func system(m *virtv1.VirtualMachineInstanceMigration) bool {
+	_, evacuation := m.Annotations[virtv1.EvacuationMigrationAnnotation]
+	return evacuation || (m.Spec.Priority != nil && *m.Spec.Priority == virtv1.PrioritySystemCritical)
+}
+
+func (c *Controller) candidate(m *virtv1.VirtualMachineInstanceMigration) candidate {
+	node := ""
+	if m.Status.MigrationState != nil {
+		node = m.Status.MigrationState.SourceNode
+	}
+	return candidate{uid: m.UID, node: node, hasNode: node != "", system: system(m)}
+}
+
+// waiting are the migrations, cluster-wide, that wait for a permit.
+func (c *Controller) waiting() []candidate {
+	var out []candidate
+	for _, obj := range c.cfg.Cluster.Migrations.GetStore().List() {
+		if m := obj.(*virtv1.VirtualMachineInstanceMigration); m.Status.Phase == virtv1.MigrationPending && m.DeletionTimestamp == nil {
+			out = append(out, c.candidate(m))
+		}
+	}
+	return out
+}
+
+func setPhase(m *virtv1.VirtualMachineInstanceMigration, phase virtv1.VirtualMachineInstanceMigrationPhase) {
+	m.Status.Phase = phase
+	m.Status.PhaseTransitionTimestamps = append(m.Status.PhaseTransitionTimestamps,
+		virtv1.VirtualMachineInstanceMigrationPhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now()})
+}
+
+// podTimedOut applies KubeVirt's two timeouts to a target pod that is not
+// running yet; it returns the wait left otherwise.
+func (c *Controller) podTimedOut(pod *corev1.Pod) (reason, message string, left time.Duration) {
+	age := time.Since(pod.CreationTimestamp.Time)
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			since := time.Since(cond.LastTransitionTime.Time)
+			if since >= c.cfg.UnschedulableTimeout {
+				return ReasonUnschedulable, fmt.Sprintf("target pod %s unschedulable for %s: %s", pod.Name, c.cfg.UnschedulableTimeout, cond.Message), 0
+			}
+			left = c.cfg.UnschedulableTimeout - since
+		}
+	}
+	if age >= c.cfg.PendingTimeout {
+		return ReasonPendingTimeout, fmt.Sprintf("target pod %s not running after %s", pod.Name, c.cfg.PendingTimeout), 0
+	}
+	if rest := c.cfg.PendingTimeout - age; left == 0 || rest < left {
+		left = rest
+	}
+	return "", "", left
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod == nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// handOff tells the node agents: the VMI's migrationState names the
+// migration, the source and the target.
+func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
+	if !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	state := &virtv1.VirtualMachineInstanceMigrationState{
+		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: pod.Spec.NodeName, TargetPod: pod.Name,
+	}
+	replaced, err := replacing(vmi.Status.MigrationState, state)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": vmi.ResourceVersion,
+			"labels":          map[string]string{virtv1.MigrationTargetNodeNameLabel: pod.Spec.NodeName},
+		},
+		"status": map[string]any{"migrationState": replaced},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("hand migration %s to the nodes: %w", it.key, err)
+	}
+	c.recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulHandOff, "Migration target pod %s on node %s handed over to the node agents", pod.Name, pod.Spec.NodeName)
+	return nil
+}
+
+// replacing is a merge patch value that replaces old by next: a merge
+// patch merges objects, so every field of an earlier migration's state is
+// set to null unless next sets it.
+func replacing(old, next *virtv1.VirtualMachineInstanceMigrationState) (map[string]any, error) {
+	out := map[string]any{}
+	for _, state := range []*virtv1.VirtualMachineInstanceMigrationState{old, next} {
+		if state == nil {
+			continue
+		}
+		raw, err := json.Marshal(state)
+		if err != nil {
+			return nil, err
+		}
+		fields := map[string]any{}
+		if err := json.Unmarshal(raw, &fields); err != nil {
+			return nil, err
+		}
+		for k, v := range fields {
+			if state == old {
+				out[k] = nil
+			} else {
+				out[k] = v
+			}
+		}
+	}
+	return out, nil
+}
+
+func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
+	cached, exists, _ := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.key)
+	if exists && equalStatus(cached.(*virtv1.VirtualMachineInstanceMigration), m) || !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	updated, err := c.cfg.KubeVirt.Migrations(m.Namespace).UpdateStatus(ctx, m, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("update status of migration %s: %w", it.key, err)
+	}
+	*m = *updated
+	return nil
+}
+
+func equalStatus(a, b *virtv1.VirtualMachineInstanceMigration) bool {
+	x, _ := json.Marshal(a.Status)
+	y, _ := json.Marshal(b.Status)
+	return string(x) == string(y)
+}
+
+// failAndFinish records a failure and ends the migration.
+func (c *Controller) failAndFinish(ctx context.Context, it item, s state, reason, message string) error {
+	m := s.m
+	klog.FromContext(ctx).V(2).Info("Migration failed", "migration", klog.KObj(m), "reason", reason)
+	c.recorder.Eventf(m, corev1.EventTypeWarning, eventFailedMigration, "%s: %s", reason, message)
+	setPhase(m, virtv1.MigrationFailed)
+	if m.Status.MigrationState == nil {
+		m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.UID}
+	}
+	m.Status.MigrationState.Failed, m.Status.MigrationState.Completed = true, true
+	m.Status.MigrationState.FailureReason = message
+	m.Status.Conditions = append(m.Status.Conditions, virtv1.VirtualMachineInstanceMigrationCondition{
+		Type: ConditionFailed, Status: corev1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: now(),
+	})
+	if err := c.writeStatus(ctx, it, m); err != nil {
+		return err
+	}
+	return c.finish(ctx, it, s)
+}
+
+// finish cleans up after a final migration: the target pod of a failed
+// one, the permit (only after the final phase is written), the source pod
+// of a successful one, older migrations of the VMI, and the finalizer.
+func (c *Controller) finish(ctx context.Context, it item, s state) error {
+	m := s.m
+	if !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	if m.Status.Phase == virtv1.MigrationFailed && s.pod != nil && s.pod.DeletionTimestamp == nil {
+		err := c.cfg.Kube.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.pod.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete target pod of migration %s: %w", it.key, err)
+		}
+		c.recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
+	}
+	if err := c.permits.Release(ctx, m.UID); err != nil {
+		return err
+	}
+	if m.Status.Phase == virtv1.MigrationSucceeded && s.vmi != nil {
+		if err := c.markSourcePod(ctx, it, m, s.vmi); err != nil {
+			return err
+		}
+	}
+	if s.vmi != nil {
+		if err := c.collectGarbage(ctx, s.vmi); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(m.Finalizers, Finalizer) {
+		return c.patchFinalizers(ctx, it, m, slices.DeleteFunc(slices.Clone(m.Finalizers), func(f string) bool { return f == Finalizer }))
+	}
+	return nil
+}
+
+// markSourcePod marks the pods the VMI left behind on its source node.
+func (c *Controller) markSourcePod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance) error {
+	r := c.cfg.Caches.Get(it.rng)
+	ms := m.Status.MigrationState
+	if r == nil || ms == nil || ms.SourceNode == "" {
+		return nil
+	}
+	pods, _ := r.Pods.GetIndexer().ByIndex(caches.ByVMIUID, string(vmi.UID))
+	for _, p := range pods {
+		pod := p.(*corev1.Pod)
+		if pod.Spec.NodeName != ms.SourceNode || pod.Annotations[MigratedToAnnotation] != "" || pod.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{MigratedToAnnotation: ms.TargetNode}}})
+		if _, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("mark source pod %s: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
+// collectGarbage keeps the newest final migrations of the VMI.
+func (c *Controller) collectGarbage(ctx context.Context, vmi *virtv1.VirtualMachineInstance) error {
+	var final []*virtv1.VirtualMachineInstanceMigration
+	for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+		if m.IsFinal() && m.DeletionTimestamp == nil {
+			final = append(final, m)
+		}
+	}
+	if len(final) <= finishedToKeep {
+		return nil
+	}
+	sort.Slice(final, func(i, j int) bool { return final[i].CreationTimestamp.Before(&final[j].CreationTimestamp) })
+	for _, m := range final[:len(final)-finishedToKeep] {
+		err := c.cfg.KubeVirt.Migrations(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete old migration %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+func (c *Controller) addFinalizer(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
+	return c.patchFinalizers(ctx, it, m, append(slices.Clone(m.Finalizers), Finalizer))
+}
+
+func (c *Controller) patchFinalizers(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, finalizers []string) error {
+	if !c.cfg.Fence.Holds(it.rng) {
+		return nil
+	}
+	if finalizers == nil {
+		finalizers = []string{}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": m.ResourceVersion, "finalizers": finalizers}})
+	if err != nil {
+		return err
+	}
+	updated, err := c.cfg.KubeVirt.Migrations(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patch finalizers of migration %s: %w", it.key, err)
+	}
+	// Go on from what the server returned, with the status worked out so far.
+	status := m.Status
+	*m = *updated
+	m.Status = status
+	return nil
+}
