@@ -43,8 +43,6 @@ type candidate struct {
 	uid     types.UID
 	node    string // its VMI's node: the outbound limit it counts against
 	system  bool   // created by the system (evacuation): goes first
-	created time.Time
-	name    string
 	hasNode bool
 }
 
