@@ -79,7 +79,7 @@ kubeconfig: ## Print the local cluster's kubeconfig path.
 ##@ Build
 
 .PHONY: tools
-tools: $(BIN)/.kube.stamp $(BIN)/.etcd.stamp $(BIN)/.kwok.stamp ## Build the pinned control-plane tools into bin/ (skips what is built).
+tools: $(BIN)/.kube.stamp $(BIN)/.etcd.stamp $(BIN)/.kwok.stamp $(BIN)/.kwok-stages.stamp ## Build the pinned control-plane tools into bin/ (skips what is built).
 
 $(BIN)/.kube.stamp: $(TOOLS)/kube/go.mod $(TOOLS)/kube/go.sum $(wildcard $(TOOLS)/kube/*/main.go)
 	@mkdir -p $(BIN)
@@ -94,12 +94,19 @@ $(BIN)/.etcd.stamp: $(TOOLS)/etcd/go.mod $(TOOLS)/etcd/go.sum $(TOOLS)/etcd/etcd
 $(BIN)/.kwok.stamp: $(TOOLS)/kwok/go.mod $(TOOLS)/kwok/go.sum
 	@mkdir -p $(BIN)
 	cd $(TOOLS)/kwok && $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/ sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
-	@# kwok's own default node and pod Stages, from the pinned module: the
-	@# cluster runs kwok with Stages as API objects, which has no defaults.
+	@touch $@
+
+# kwok's own default node and pod Stages, from the pinned module: the
+# cluster runs kwok with Stages as API objects, which has no defaults. The
+# node Stages leave alone a node annotated virtshard.io/node-stopped, whose
+# kubelet the tests stop (deploy/kwok/node-stopped.yaml).
+$(BIN)/.kwok-stages.stamp: $(TOOLS)/kwok/go.mod Makefile
 	@src=$$(cd $(TOOLS)/kwok && $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage && \
 	  mkdir -p $(BIN)/kwok-stages && \
 	  install -m 0644 $$src/node/fast/node-initialize.yaml $$src/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-	    $$src/pod/fast/pod-ready.yaml $$src/pod/fast/pod-complete.yaml $$src/pod/fast/pod-delete.yaml $(BIN)/kwok-stages/
+	    $$src/pod/fast/pod-ready.yaml $$src/pod/fast/pod-complete.yaml $$src/pod/fast/pod-delete.yaml $(BIN)/kwok-stages/ && \
+	  sed -i 's|^    matchExpressions:|&\n    - key: .metadata.annotations["virtshard.io/node-stopped"]\n      operator: DoesNotExist|' \
+	    $(BIN)/kwok-stages/node-initialize.yaml $(BIN)/kwok-stages/node-heartbeat-with-lease.yaml
 	@touch $@
 
 ##@ Generate and verify

@@ -60,7 +60,7 @@ func EnsureNodes(ctx context.Context, client kubernetes.Interface, opts NodeOpti
 		opts.PodsPerNode = DefaultPodsPerNode
 	}
 	for i := range opts.Count {
-		node := newNode(NodeName(i), opts.PodsPerNode)
+		node := NewNode(NodeName(i), opts.PodsPerNode)
 		_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create node %s: %w", node.Name, err)
@@ -69,7 +69,9 @@ func EnsureNodes(ctx context.Context, client kubernetes.Interface, opts NodeOpti
 	return nil
 }
 
-func newNode(name string, pods int64) *corev1.Node {
+// NewNode is a kwok node named name with room for pods pods, labelled and
+// tainted as the bench's nodes are.
+func NewNode(name string, pods int64) *corev1.Node {
 	resources := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse(nodeCPU),
 		corev1.ResourceMemory: resource.MustParse(nodeMemory),

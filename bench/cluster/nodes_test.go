@@ -7,7 +7,7 @@ import (
 )
 
 func TestNewNodeLooksLikeAKubeVirtNode(t *testing.T) {
-	node := newNode("n", 5000)
+	node := NewNode("n", 5000)
 	if node.Labels[SchedulableLabel] != "true" || node.Labels[KwokNodeTypeLabel] != KwokNodeType {
 		t.Errorf("labels %v lack %s=true or %s=%s", node.Labels, SchedulableLabel, KwokNodeTypeLabel, KwokNodeType)
 	}

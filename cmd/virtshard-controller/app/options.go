@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/virtshard/virtshard/controllers/migration"
+	"github.com/virtshard/virtshard/controllers/node"
 	"github.com/virtshard/virtshard/controllers/vm"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -46,6 +47,10 @@ type Options struct {
 	OutboundMigrationsPerNode     int
 	MigrationUnschedulableTimeout time.Duration
 	MigrationPendingTimeout       time.Duration
+	// NodeGracePeriod a node may be NotReady before its VMIs fail;
+	// DrainTaintKey marks a node to evacuate.
+	NodeGracePeriod time.Duration
+	DrainTaintKey   string
 	// Registry receives the replica's metrics; nil means a fresh one. Tests
 	// running several replicas in one process pass their own.
 	Registry *prometheus.Registry
@@ -79,6 +84,8 @@ func NewOptions() *Options {
 		OutboundMigrationsPerNode:     migration.DefaultLimits.PerNode,
 		MigrationUnschedulableTimeout: migration.DefaultUnschedulableTimeout,
 		MigrationPendingTimeout:       migration.DefaultPendingTimeout,
+		NodeGracePeriod:               node.DefaultGracePeriod,
+		DrainTaintKey:                 node.DefaultDrainTaintKey,
 	}
 }
 
@@ -110,6 +117,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.OutboundMigrationsPerNode, "parallel-outbound-migrations-per-node", o.OutboundMigrationsPerNode, "live migrations in flight out of one node")
 	fs.DurationVar(&o.MigrationUnschedulableTimeout, "migration-unschedulable-timeout", o.MigrationUnschedulableTimeout, "fail a migration whose target pod is unschedulable this long")
 	fs.DurationVar(&o.MigrationPendingTimeout, "migration-pending-timeout", o.MigrationPendingTimeout, "fail a migration whose target pod is not running this long")
+	fs.DurationVar(&o.NodeGracePeriod, "node-grace-period", o.NodeGracePeriod, "fail the VMIs of a node NotReady this long")
+	fs.StringVar(&o.DrainTaintKey, "drain-taint-key", o.DrainTaintKey, "taint key that marks a node whose VMIs are migrated away")
 }
 
 // Parse parses args, including klog's flags, and validates.
@@ -143,6 +152,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MigrationUnschedulableTimeout <= 0 || o.MigrationPendingTimeout <= 0 {
 		errs = append(errs, errors.New("migration timeouts must be positive"))
+	}
+	if o.NodeGracePeriod <= 0 || o.DrainTaintKey == "" {
+		errs = append(errs, errors.New("--node-grace-period must be positive and --drain-taint-key not empty"))
 	}
 	if o.MaxStartBackoff <= 0 {
 		errs = append(errs, errors.New("--max-start-backoff must be positive"))

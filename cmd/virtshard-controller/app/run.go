@@ -23,6 +23,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/clientmetrics"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/migration"
+	"github.com/virtshard/virtshard/controllers/node"
 	"github.com/virtshard/virtshard/controllers/queuemetrics"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
@@ -123,6 +124,18 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	nodeController, err := node.New(node.Config{
+		Kube: kube, KubeVirt: kv,
+		Fence:         fence(func(i int) bool { return manager.Holds(i) }),
+		Ranges:        ranges,
+		Caches:        rangeCaches,
+		Cluster:       clusterCaches,
+		GracePeriod:   o.NodeGracePeriod,
+		DrainTaintKey: o.DrainTaintKey,
+	})
+	if err != nil {
+		return err
+	}
 	manager, err = shard.NewManager(shard.Config{
 		Client:        kube,
 		Namespace:     o.Namespace,
@@ -158,6 +171,8 @@ func (o *Options) Run(ctx context.Context) error {
 	wg.Go(func() { vmController.Run(controllerCtx, o.Workers) })
 	var migrationErr error
 	wg.Go(func() { migrationErr = migrationController.Run(controllerCtx, o.Workers) })
+	var nodeErr error
+	wg.Go(func() { nodeErr = nodeController.Run(controllerCtx, o.Workers) })
 	select {
 	case <-synced:
 	case <-ctx.Done():
@@ -172,7 +187,7 @@ func (o *Options) Run(ctx context.Context) error {
 	stopController()
 	wg.Wait()
 	logger.Info("Replica stopped")
-	return errors.Join(err, controllerErr, migrationErr)
+	return errors.Join(err, controllerErr, migrationErr, nodeErr)
 }
 
 type fence func(int) bool

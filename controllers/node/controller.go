@@ -1,0 +1,328 @@
+// Package node is virtshard's node controller: what KubeVirt's
+// virt-controller does when a node goes away or is drained. A node
+// NotReady past a grace period, or deleted, fails the VMIs this replica
+// holds on it (reason NodeUnresponsive) and deletes their launcher pods; a
+// node tainted for drain (kubevirt.io/drain by default) gets migrations for
+// the VMIs this replica holds on it, which the migration controller runs
+// within the cluster-wide limits, ahead of users' migrations.
+//
+// Nodes are cluster-scoped and few: every replica watches all of them
+// (caches.Cluster) and acts only on the VMIs of the ranges it holds.
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// Defaults.
+const (
+	// DefaultGracePeriod is how long a node may be NotReady before its VMIs
+	// fail: KubeVirt's heartbeat timeout.
+	DefaultGracePeriod = 5 * time.Minute
+	// DefaultDrainTaintKey is KubeVirt's NodeDrainTaintDefaultKey.
+	DefaultDrainTaintKey = "kubevirt.io/drain"
+	// ReasonNodeUnresponsive is the reason of the VMIs failed (KubeVirt's).
+	ReasonNodeUnresponsive = "NodeUnresponsive"
+	// byNode indexes VMIs by status.nodeName.
+	byNode = "nodeName"
+	// evacuationRecheck is how often a drained node with VMIs left on it
+	// is looked at again: a migration may have failed.
+	evacuationRecheck = 10 * time.Second
+)
+
+// Config wires the controller.
+type Config struct {
+	Kube     kubernetes.Interface
+	KubeVirt *kubevirt.Clientset
+	Fence    interface{ Holds(int) bool }
+	Ranges   shard.Ranges
+	Caches   *caches.Ranges
+	Cluster  *caches.Cluster
+	// GracePeriod a node may be NotReady; DrainTaintKey marks a drain.
+	GracePeriod   time.Duration
+	DrainTaintKey string
+}
+
+// Controller is the node controller of one replica.
+type Controller struct {
+	cfg         Config
+	queue       workqueue.TypedRateLimitingInterface[string]
+	recorder    record.EventRecorder
+	broadcaster record.EventBroadcaster
+}
+
+// New returns a controller registered with cfg.Caches.
+func New(cfg Config) (*Controller, error) {
+	if cfg.GracePeriod <= 0 {
+		cfg.GracePeriod = DefaultGracePeriod
+	}
+	if cfg.DrainTaintKey == "" {
+		cfg.DrainTaintKey = DefaultDrainTaintKey
+	}
+	c := &Controller{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node"}),
+	}
+	c.broadcaster = record.NewBroadcaster()
+	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
+	return c, cfg.Caches.Register(c, cache.Indexers{byNode: func(obj any) ([]string, error) {
+		return []string{obj.(*virtv1.VirtualMachineInstance).Status.NodeName}, nil
+	}}, nil, nil)
+}
+
+// Run starts the workers and blocks until ctx is done; the cluster caches
+// must be running.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	c.broadcaster.StartStructuredLogging(4)
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	if _, err := c.cfg.Cluster.Nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	klog.FromContext(ctx).Info("Node controller running", "workers", workers, "gracePeriod", c.cfg.GracePeriod, "drainTaint", c.cfg.DrainTaintKey)
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// Acquired implements caches.Consumer: the nodes of the range's VMIs are
+// looked at, for VMIs on nodes that went away while nobody held the range.
+func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
+	for _, key := range r.VMIs.Keys() {
+		if vmi, _, _ := r.VMIs.Get(key); vmi != nil && vmi.Status.NodeName != "" {
+			c.queue.Add(vmi.Status.NodeName)
+		}
+	}
+	return nil
+}
+
+// Releasing implements caches.Consumer; the fence stops every write.
+func (c *Controller) Releasing(context.Context, int, shard.Reason) {}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	name, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(name)
+	after, err := c.sync(ctx, name)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).V(2).Info("Reconcile failed, requeueing", "node", name, "err", err)
+		c.queue.AddRateLimited(name)
+	case after > 0:
+		c.queue.Forget(name)
+		c.queue.AddAfter(name, after)
+	default:
+		c.queue.Forget(name)
+	}
+	return true
+}
+
+// held is a VMI of a held range on the node.
+type held struct {
+	rng int
+	vmi *virtv1.VirtualMachineInstance
+	r   *caches.Range
+}
+
+func (c *Controller) vmisOn(node string) []held {
+	var out []held
+	for i := range c.cfg.Ranges.Count() {
+		r := c.cfg.Caches.Get(i)
+		if r == nil {
+			continue
+		}
+		vmis, _ := r.VMIs.ByIndex(byNode, node)
+		for _, vmi := range vmis {
+			if !vmi.IsFinal() {
+				out = append(out, held{i, vmi, r})
+			}
+		}
+	}
+	return out
+}
+
+func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
+	obj, exists, err := c.cfg.Cluster.Nodes.GetStore().GetByKey(name)
+	if err != nil {
+		return 0, err
+	}
+	vmis := c.vmisOn(name)
+	if len(vmis) == 0 {
+		return 0, nil
+	}
+	if !exists {
+		return 0, c.failAll(ctx, name, vmis, "the node was deleted")
+	}
+	node := obj.(*corev1.Node)
+	if since, notReady := notReadySince(node); notReady {
+		if left := c.cfg.GracePeriod - time.Since(since); left > 0 {
+			return left, nil
+		}
+		return 0, c.failAll(ctx, name, vmis, fmt.Sprintf("the node has been NotReady since %s", since.Format(time.RFC3339)))
+	}
+	if drained(node, c.cfg.DrainTaintKey) {
+		if err := c.evacuate(ctx, node, vmis); err != nil {
+			return 0, err
+		}
+		return evacuationRecheck, nil
+	}
+	return 0, nil
+}
+
+// notReadySince reports a node whose Ready condition is not True, and
+// since when.
+func notReadySince(node *corev1.Node) (time.Time, bool) {
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.LastTransitionTime.Time, cond.Status != corev1.ConditionTrue
+		}
+	}
+	return node.CreationTimestamp.Time, true // never reported ready
+}
+
+func drained(node *corev1.Node, key string) bool {
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// failAll fails the VMIs and deletes their launcher pods on the node.
+func (c *Controller) failAll(ctx context.Context, node string, vmis []held, why string) error {
+	for _, h := range vmis {
+		if !c.cfg.Fence.Holds(h.rng) {
+			continue
+		}
+		if err := c.fail(ctx, h, why); err != nil {
+			return err
+		}
+		pods, _ := h.r.Pods.GetIndexer().ByIndex(caches.ByVMIUID, string(h.vmi.UID))
+		for _, p := range pods {
+			pod := p.(*corev1.Pod)
+			if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil {
+				continue
+			}
+			err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete launcher pod %s: %w", pod.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// fail moves a VMI to Failed, as the VMI controller's own failures do,
+// with the cached resourceVersion as a precondition.
+func (c *Controller) fail(ctx context.Context, h held, why string) error {
+	vmi := h.vmi
+	timestamps := append(vmi.Status.PhaseTransitionTimestamps, virtv1.VirtualMachineInstancePhaseTransitionTimestamp{
+		Phase: virtv1.Failed, PhaseTransitionTimestamp: metav1.Now(),
+	})
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": vmi.ResourceVersion},
+		"status": map[string]any{
+			"phase": virtv1.Failed, "reason": ReasonNodeUnresponsive, "phaseTransitionTimestamps": timestamps,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("fail VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	c.recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonNodeUnresponsive, "VMI failed: %s on node %s", why, vmi.Status.NodeName)
+	return nil
+}
+
+// evacuate creates a migration for each live-migratable VMI on the node
+// that has none under way.
+func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []held) error {
+	for _, h := range vmis {
+		vmi := h.vmi
+		if !c.cfg.Fence.Holds(h.rng) || vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || !migratable(vmi) {
+			continue
+		}
+		busy := false
+		for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+			busy = busy || !m.IsFinal()
+		}
+		if busy {
+			continue
+		}
+		m := &virtv1.VirtualMachineInstanceMigration{
+			ObjectMeta: metav1.ObjectMeta{
+				GenerateName: "kubevirt-evacuation-",
+				Namespace:    vmi.Namespace,
+				Annotations:  map[string]string{virtv1.EvacuationMigrationAnnotation: node.Name},
+			},
+			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
+		}
+		created, err := c.cfg.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
+		if err != nil {
+			c.recorder.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
+			return fmt.Errorf("create evacuation migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
+		c.recorder.Eventf(vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created evacuation migration %s off node %s", created.Name, node.Name)
+	}
+	return nil
+}
+
+// migratable: KubeVirt evacuates VMIs whose eviction strategy asks for a
+// live migration and whose node agent has not said it cannot.
+func migratable(vmi *virtv1.VirtualMachineInstance) bool {
+	if s := vmi.Spec.EvictionStrategy; s != nil && *s != virtv1.EvictionStrategyLiveMigrate && *s != virtv1.EvictionStrategyLiveMigrateIfPossible {
+		return false
+	}
+	for _, cond := range vmi.Status.Conditions {
+		if cond.Type == virtv1.VirtualMachineInstanceIsMigratable && cond.Status == corev1.ConditionFalse {
+			return false
+		}
+	}
+	return true
+}
+
+var _ caches.Consumer = (*Controller)(nil)
