@@ -34,6 +34,9 @@ const (
 	ScenarioFailover   = "failover"
 	ScenarioRolling    = "rolling"
 	ScenarioSingleton  = "singleton"
+	// ScenarioMigrations runs --vmis VMIs, then migrates --migrations of
+	// them at once.
+	ScenarioMigrations = "migrations"
 )
 
 var seriesScenarios = []string{ScenarioPodCeiling, ScenarioVMIStageCeiling}
@@ -51,6 +54,7 @@ var scenarioDefaults = map[string]struct {
 	ScenarioFailover:   {4000, 4, 0},
 	ScenarioRolling:    {4000, 4, 0},
 	ScenarioSingleton:  {2000, 2, 0},
+	ScenarioMigrations: {1000, 3, 0},
 }
 
 // Suites run many scenarios and write BENCHMARKS.md's generated section.
@@ -85,6 +89,9 @@ type Options struct {
 	Creators   int
 	Rate       float64
 	Ranges     int
+	// Migrations is how many of the VMIs the migrations scenario migrates
+	// (0: a fifth).
+	Migrations int
 	// ReplicaArgs are extra flags for every replica, e.g. "-v=2".
 	ReplicaArgs []string
 }
@@ -126,6 +133,7 @@ func (o *Options) Parse(args []string) error {
 	flags.IntVar(&o.VMIs, "vmis", o.VMIs, "VMIs to create (default by scenario)")
 	flags.IntVar(&o.Creators, "creators", o.Creators, "concurrent VMI creators")
 	flags.Float64Var(&o.Rate, "rate", o.Rate, "VMIs created per second, 0 is as fast as possible (default by scenario)")
+	flags.IntVar(&o.Migrations, "migrations", o.Migrations, "VMIs the migrations scenario migrates at once (0: a fifth of --vmis)")
 	replicaArgs := strings.Join(o.ReplicaArgs, " ")
 	flags.StringVar(&replicaArgs, "replica-args", replicaArgs, "extra flags for every replica, space-separated (e.g. -v=2)")
 	if err := flags.Parse(args); err != nil {
@@ -175,6 +183,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%s runs 1 active and 1 standby replica: --replicas must be 2", ScenarioSingleton)
 	case o.Scenarios[0] == ScenarioFailover && o.Replicas < 2:
 		return fmt.Errorf("%s needs at least 2 replicas", ScenarioFailover)
+	case o.Migrations < 0 || o.Migrations > o.VMIs:
+		return fmt.Errorf("--migrations must be between 0 and --vmis")
 	case vmiScenario && (o.VMIs <= 0 || o.Creators <= 0 || o.Rate < 0):
 		return fmt.Errorf("--vmis and --creators must be positive, --rate not negative")
 	case !slices.Contains([]string{"text", "json", "markdown"}, o.Output):

@@ -28,6 +28,8 @@ type flowOptions struct {
 	Creators  int
 	// Rate is VMIs per second (open loop); 0 is as fast as the creators go.
 	Rate float64
+	// Spread spreads the VMIs over the nodes (workload.Spread).
+	Spread bool
 	// Timeout bounds the flow; Stall ends it early when no VMI has reached
 	// Running for that long after the last create.
 	Timeout, Stall time.Duration
@@ -154,6 +156,7 @@ func (f *flow) run(ctx context.Context) (*flowResult, error) {
 	go func() {
 		createErr <- workload.Create(ctx, f.kv, workload.Options{
 			Namespace: f.opts.Namespace, Count: f.opts.Count, Concurrency: f.opts.Creators, Rate: f.opts.Rate, Prefix: f.opts.Prefix,
+			Spread: f.opts.Spread,
 			Sent: func(name string, at time.Time) {
 				f.mu.Lock()
 				f.sent[name] = at

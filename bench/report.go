@@ -74,6 +74,11 @@ type Report struct {
 	// throughput measured first).
 	LatencyRuns []LatencyRun `json:"latencyRuns,omitempty"`
 
+	// Migration is the migrations scenario's result, after the VMI run the
+	// rest of the report describes (an object of its own: its
+	// durationSeconds are per migration).
+	Migration *MigrationStats `json:"migration,omitempty"`
+
 	Timeline []Sample `json:"timeline,omitempty"`
 }
 
@@ -151,6 +156,11 @@ func (r *Report) writeText(out io.Writer) {
 	}
 	if r.FaultLatencySeconds != nil {
 		fmt.Fprintf(out, "latency of VMIs created during the fault: %s\n", *r.FaultLatencySeconds)
+	}
+	if m := r.Migration; m != nil {
+		fmt.Fprintf(out, "migrations: %d, %d succeeded, %d failed, %.2f/s, duration %s; in flight at most %d in the cluster (limit %d) and %d out of one node (limit %d), %d samples\n",
+			m.Migrations, m.Succeeded, m.Failed, m.MigrationsPerSecond, m.DurationSeconds, m.MaxInFlightCluster, m.LimitPerCluster,
+			m.MaxOutboundPerNode, m.LimitPerNode, m.Samples)
 	}
 	if len(r.ClusterCPUSeconds) > 0 {
 		fmt.Fprintf(out, "control plane CPU seconds during the VMI run: %s\n", sortedMap(r.ClusterCPUSeconds))

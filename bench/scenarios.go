@@ -172,6 +172,8 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		report, err = r.failover(ctx)
 	case ScenarioRolling:
 		report, err = r.rolling(ctx)
+	case ScenarioMigrations:
+		report, err = r.migrations(ctx)
 	default:
 		err = fmt.Errorf("no such scenario %q", scenario)
 	}
@@ -246,6 +248,7 @@ func cpuDelta(before, after map[string]float64) map[string]float64 {
 // newFlow returns a flow of count VMIs at rate into the run's namespace.
 func (r *vmiRun) newFlow(prefix string, count int, rate float64) *flow {
 	return newFlow(r.kv, flowOptions{Namespace: r.ns, Prefix: prefix, Count: count, Creators: r.o.Creators, Rate: rate,
+		Spread:  r.scenario == ScenarioMigrations,
 		Timeout: r.o.timeout(count), Stall: 2 * time.Minute, Progress: r.progress, Ranges: r.fleet.rangesLine})
 }
 

@@ -88,6 +88,18 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("replicas cache %d VMIs together, want each of the %d exactly once", cached, wantCached)
 			}
 			switch r.Scenario {
+			case ScenarioMigrations:
+				m := r.Migration
+				switch {
+				case m == nil:
+					t.Error("no migration figures")
+				case m.Migrations != r.VMIs/5 || m.Succeeded != m.Migrations || m.Failed != 0:
+					t.Errorf("%d migrations, %d succeeded, %d failed; want a fifth of %d VMIs, all succeeded", m.Migrations, m.Succeeded, m.Failed, r.VMIs)
+				case m.MaxInFlightCluster == 0 || m.MaxInFlightCluster > m.LimitPerCluster || m.MaxOutboundPerNode > m.LimitPerNode:
+					t.Errorf("sampled %d in flight (limit %d), %d out of a node (limit %d)", m.MaxInFlightCluster, m.LimitPerCluster, m.MaxOutboundPerNode, m.LimitPerNode)
+				case m.MigrationsPerSecond <= 0 || m.DurationSeconds.P99 <= 0:
+					t.Errorf("rate %.2f/s, durations %s: not measured", m.MigrationsPerSecond, m.DurationSeconds)
+				}
 			case ScenarioThroughput:
 				if r.CeilingPodsPerSecond <= 0 || r.CeilingRatio <= 0 {
 					t.Errorf("ceiling %.1f pods/s, ratio %.2f: not measured", r.CeilingPodsPerSecond, r.CeilingRatio)

@@ -51,6 +51,7 @@ var suites = map[string][]suiteRun{
 		{ScenarioScale, 10000, 1, 0},
 		{ScenarioScale, 10000, 4, 0},
 		{ScenarioScale, 50000, 4, 0},
+		{ScenarioMigrations, 1000, 3, 0},
 	},
 	SuiteSmoke: {
 		{ScenarioCeiling, 200, 0, 0},
@@ -60,6 +61,7 @@ var suites = map[string][]suiteRun{
 		{ScenarioScale, 500, 4, 0},
 		{ScenarioFailover, 400, 4, 0},
 		{ScenarioRolling, 400, 4, 0},
+		{ScenarioMigrations, 100, 3, 0},
 	},
 }
 
@@ -180,6 +182,14 @@ func goals(reports []*Report) []goal {
 	if r := find(reports, ScenarioFailover, 0); r != nil {
 		out = append(out, goal{"failover: takeover after kill -9", "≤ lease duration + 2 s = 12 s", fmt.Sprintf("%.2f s", r.TakeoverSeconds),
 			r.TakeoverSeconds <= 12 && r.Stuck == 0 && r.DuplicateLauncherPods == 0})
+	}
+	if r := find(reports, ScenarioMigrations, 0); r != nil && r.Migration != nil {
+		m := r.Migration
+		out = append(out, goal{fmt.Sprintf("migrations: %d at once over %d replicas", m.Migrations, r.Replicas),
+			fmt.Sprintf("all succeed; ≤ %d in flight, ≤ %d out of a node", m.LimitPerCluster, m.LimitPerNode),
+			fmt.Sprintf("%d succeeded, %d failed; at most %d in flight and %d out of a node in %d samples; %.2f migrations/s, each %.1f s (p50), %.1f s (p99)",
+				m.Succeeded, m.Failed, m.MaxInFlightCluster, m.MaxOutboundPerNode, m.Samples, m.MigrationsPerSecond, m.DurationSeconds.P50, m.DurationSeconds.P99),
+			m.Succeeded == m.Migrations && m.MaxInFlightCluster <= m.LimitPerCluster && m.MaxOutboundPerNode <= m.LimitPerNode})
 	}
 	if r := find(reports, ScenarioRolling, 0); r != nil {
 		out = append(out, goal{"rolling: every handoff", "≤ 2 s", fmt.Sprintf("max %.2f s of %d", r.TakeoverSeconds, len(r.HandoffSeconds)),

@@ -6,6 +6,7 @@ package workload
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,21 @@ func VMI(name string) *virtv1.VirtualMachineInstance {
 	}
 }
 
+// Spread makes the scheduler spread the VMI's launcher pod over the nodes,
+// one more at most on any node than on another, counting the workload's
+// other launcher pods but not migration targets (or the spread could forbid
+// a target its node). Left alone, the scheduler packs kwok nodes: a
+// migration test would then hit only the per-node limit.
+func Spread(vmi *virtv1.VirtualMachineInstance) {
+	vmi.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{
+			MatchLabels:      maps.Clone(vmi.Labels),
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: virtv1.MigrationJobLabel, Operator: metav1.LabelSelectorOpDoesNotExist}},
+		},
+	}}
+}
+
 // Options of a creation run.
 type Options struct {
 	Namespace   string
@@ -42,6 +58,8 @@ type Options struct {
 	Rate float64
 	// Prefix names the VMIs Prefix-00000 and up.
 	Prefix string
+	// Spread spreads the VMIs over the nodes (see Spread).
+	Spread bool
 	// Sent, when set, is told each VMI's name and when its create call
 	// started, once the call succeeded.
 	Sent func(name string, at time.Time)
@@ -77,7 +95,11 @@ func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *
 				}
 				name := fmt.Sprintf("%s-%05d", opts.Prefix, i)
 				sent := time.Now()
-				if _, err := kv.VirtualMachineInstances(opts.Namespace).Create(ctx, VMI(name), metav1.CreateOptions{}); err != nil {
+				vmi := VMI(name)
+				if opts.Spread {
+					Spread(vmi)
+				}
+				if _, err := kv.VirtualMachineInstances(opts.Namespace).Create(ctx, vmi, metav1.CreateOptions{}); err != nil {
 					err = fmt.Errorf("create VMI %s: %w", name, err)
 					firstErr.CompareAndSwap(nil, &err)
 					cancel()
