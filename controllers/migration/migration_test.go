@@ -3,6 +3,7 @@ package migration_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -281,9 +282,30 @@ func TestMigrationsSurviveAReplicaKilledMidway(t *testing.T) {
 	e.checkOutcome(migrations, s, nodes)
 }
 
-func TestUnschedulableTargetFailsAfterTheTimeout(t *testing.T) {
-	e := newEnv(t)
-	controllertest.StartN(t, e.ns, 2, func(o *app.Options) { o.MigrationUnschedulableTimeout = 3 * time.Second })
+func TestTargetPodThatDoesNotRunFailsAfterItsTimeout(t *testing.T) {
+	cases := []struct {
+		name                 string
+		unschedulable, pendg time.Duration
+		reason               string
+	}{
+		{"unschedulable", 3 * time.Second, time.Hour, migration.ReasonUnschedulable},
+		{"pending for any reason", time.Hour, 3 * time.Second, migration.ReasonPendingTimeout},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			controllertest.StartN(t, e.ns, 2, func(o *app.Options) {
+				o.MigrationUnschedulableTimeout, o.MigrationPendingTimeout = tc.unschedulable, tc.pendg
+			})
+			e.failsWithin(tc.reason)
+		})
+	}
+}
+
+// failsWithin migrates a VMI to nowhere and checks the migration fails
+// with reason and leaves nothing behind.
+func (e *env) failsWithin(reason string) {
+	t := e.t
 	e.runningVMIs(1)
 	m := e.migrate("vm-00", func(m *virtv1.VirtualMachineInstanceMigration) {
 		m.Spec.AddedNodeSelector = map[string]string{"virtshard.io/test": "nowhere"}
@@ -296,8 +318,8 @@ func TestUnschedulableTargetFailsAfterTheTimeout(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("migration not final a minute later: %+v", got.Status)
 	}
-	if got.Status.Phase != virtv1.MigrationFailed || len(got.Status.Conditions) == 0 || got.Status.Conditions[0].Reason != migration.ReasonUnschedulable {
-		t.Errorf("migration %s with conditions %+v, want Failed with %s", got.Status.Phase, got.Status.Conditions, migration.ReasonUnschedulable)
+	if got.Status.Phase != virtv1.MigrationFailed || len(got.Status.Conditions) == 0 || got.Status.Conditions[0].Reason != reason {
+		t.Errorf("migration %s with conditions %+v, want Failed with %s", got.Status.Phase, got.Status.Conditions, reason)
 	}
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		pods, err := e.kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.MigrationJobLabel})
@@ -320,5 +342,53 @@ func TestUnschedulableTargetFailsAfterTheTimeout(t *testing.T) {
 	}
 	if !found {
 		t.Error("no FailedMigration event on the migration")
+	}
+}
+
+func TestOnlyTheFiveNewestFinishedMigrationsOfAVMIAreKept(t *testing.T) {
+	e := newEnv(t)
+	controllertest.StartN(t, e.ns, 2, nil)
+	e.runningVMIs(1)
+	for i := range 7 {
+		m := &virtv1.VirtualMachineInstanceMigration{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("mig-%d", i)},
+			Spec:       virtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm-00"},
+		}
+		if _, err := e.kv.Migrations(e.ns).Create(context.Background(), m, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var got *virtv1.VirtualMachineInstanceMigration
+		if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			var err error
+			got, err = e.kv.Migrations(e.ns).Get(ctx, m.Name, metav1.GetOptions{})
+			return err == nil && got.Status.Phase == virtv1.MigrationSucceeded, nil
+		}); err != nil {
+			vmi, _ := e.kv.VirtualMachineInstances(e.ns).Get(context.Background(), "vm-00", metav1.GetOptions{})
+			pods, _ := e.kube.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{})
+			for _, p := range pods.Items {
+				t.Logf("pod %s on %s: %s, created %s, labels %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.CreationTimestamp, p.Labels[virtv1.MigrationJobLabel])
+			}
+			t.Fatalf("migration %d did not succeed: %+v; VMI on %s: %s %s %+v", i, got.Status, vmi.Status.NodeName, vmi.Status.Phase, vmi.Status.Reason, vmi.Status.Conditions)
+		}
+		time.Sleep(time.Second) // creation timestamps have whole seconds: keep the order unambiguous
+	}
+	var names []string
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := e.kv.Migrations(e.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		names = names[:0]
+		for _, m := range list.Items {
+			names = append(names, m.Name)
+		}
+		return len(names) == 5, nil
+	}); err != nil {
+		t.Fatalf("migrations left: %v, want the 5 newest", names)
+	}
+	for _, old := range []string{"mig-0", "mig-1"} {
+		if slices.Contains(names, old) {
+			t.Errorf("%s kept, one of the two oldest: %v", old, names)
+		}
 	}
 }

@@ -51,6 +51,9 @@ type state struct {
 	m   *virtv1.VirtualMachineInstanceMigration
 	vmi *virtv1.VirtualMachineInstance
 	pod *corev1.Pod // the target pod, if it exists
+	// source is the launcher pod running the VMI now: the newest on its
+	// node that is not this migration's target.
+	source *corev1.Pod
 }
 
 func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
@@ -77,8 +80,11 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	}
 	if pods, err := r.Pods.GetIndexer().ByIndex(caches.ByVMIUID, string(s.vmi.UID)); err == nil {
 		for _, p := range pods {
-			if pod := p.(*corev1.Pod); pod.Labels[virtv1.MigrationJobLabel] == string(s.m.UID) {
+			switch pod := p.(*corev1.Pod); {
+			case pod.Labels[virtv1.MigrationJobLabel] == string(s.m.UID):
 				s.pod = pod
+			case pod.Spec.NodeName == s.vmi.Status.NodeName && (s.source == nil || pod.CreationTimestamp.After(s.source.CreationTimestamp.Time)):
+				s.source = pod
 			}
 		}
 	}
@@ -173,7 +179,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			after = left
 		case virtv1.MigrationScheduled:
 			if !handedOff {
-				if err := c.handOff(ctx, it, m, vmi, s.pod); err != nil {
+				if err := c.handOff(ctx, it, m, vmi, s.pod, s.source); err != nil {
 					return 0, err
 				}
 				break // the VMI's update brings us back
@@ -293,12 +299,15 @@ func podReady(pod *corev1.Pod) bool {
 
 // handOff tells the node agents: the VMI's migrationState names the
 // migration, the source and the target.
-func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
+func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pod, source *corev1.Pod) error {
 	if !c.cfg.Fence.Holds(it.rng) {
 		return nil
 	}
 	state := &virtv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: pod.Spec.NodeName, TargetPod: pod.Name,
+	}
+	if source != nil {
+		state.SourcePod = source.Name
 	}
 	replaced, err := replacing(vmi.Status.MigrationState, state)
 	if err != nil {
@@ -409,8 +418,8 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 	if err := c.permits.Release(ctx, m.UID); err != nil {
 		return err
 	}
-	if m.Status.Phase == virtv1.MigrationSucceeded && s.vmi != nil {
-		if err := c.markSourcePod(ctx, it, m, s.vmi); err != nil {
+	if m.Status.Phase == virtv1.MigrationSucceeded {
+		if err := c.markSourcePod(ctx, it, m); err != nil {
 			return err
 		}
 	}
@@ -425,23 +434,27 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 	return nil
 }
 
-// markSourcePod marks the pods the VMI left behind on its source node.
-func (c *Controller) markSourcePod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance) error {
+// markSourcePod marks the launcher pod the VMI left: the one named at the
+// hand-off, and only while it still runs (a final migration is synced
+// again whenever its VMI changes; by then another migration's target may
+// run on the same node).
+func (c *Controller) markSourcePod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
 	r := c.cfg.Caches.Get(it.rng)
 	ms := m.Status.MigrationState
-	if r == nil || ms == nil || ms.SourceNode == "" {
+	if r == nil || ms == nil || ms.SourcePod == "" {
 		return nil
 	}
-	pods, _ := r.Pods.GetIndexer().ByIndex(caches.ByVMIUID, string(vmi.UID))
-	for _, p := range pods {
-		pod := p.(*corev1.Pod)
-		if pod.Spec.NodeName != ms.SourceNode || pod.Annotations[MigratedToAnnotation] != "" || pod.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{MigratedToAnnotation: ms.TargetNode}}})
-		if _, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("mark source pod %s: %w", pod.Name, err)
-		}
+	obj, exists, _ := r.Pods.GetStore().GetByKey(m.Namespace + "/" + ms.SourcePod)
+	if !exists {
+		return nil
+	}
+	pod := obj.(*corev1.Pod)
+	if pod.Annotations[MigratedToAnnotation] != "" || pod.Status.Phase != corev1.PodRunning || pod.Labels[virtv1.CreatedByLabel] == "" {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{MigratedToAnnotation: ms.TargetNode}}})
+	if _, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("mark source pod %s: %w", pod.Name, err)
 	}
 	return nil
 }
