@@ -68,7 +68,8 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		}
 		return 0, nil
 	}
-	o := observed{vm: c.newest(it, obj.(*virtv1.VirtualMachine))}
+	// A copy: the sync goes on from what its own writes return.
+	o := observed{vm: c.newest(it, obj.(*virtv1.VirtualMachine)).DeepCopy()}
 	vmi, _, err := r.VMIs.Get(it.key)
 	if err != nil {
 		return 0, err
