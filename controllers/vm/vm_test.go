@@ -78,7 +78,7 @@ func (e *env) createVM(name string, strategy virtv1.VirtualMachineRunStrategy, m
 func (e *env) waitVM(name, what string, cond func(*virtv1.VirtualMachine) bool) *virtv1.VirtualMachine {
 	e.t.Helper()
 	var vm *virtv1.VirtualMachine
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var err error
 		vm, err = e.kv.VirtualMachines(e.ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && cond(vm), nil
@@ -88,7 +88,7 @@ func (e *env) waitVM(name, what string, cond func(*virtv1.VirtualMachine) bool) 
 		if vm != nil {
 			status = vm.Status
 		}
-		e.t.Fatalf("VM %s: %s not reached within a minute; last status %+v", name, what, status)
+		e.t.Fatalf("VM %s: %s not reached within 3 minutes; last status %+v", name, what, status)
 	}
 	return vm
 }
@@ -115,13 +115,13 @@ func (e *env) vmi(name string) *virtv1.VirtualMachineInstance {
 func (e *env) waitRunningVMI(vm *virtv1.VirtualMachine, not types.UID) *virtv1.VirtualMachineInstance {
 	e.t.Helper()
 	var vmi *virtv1.VirtualMachineInstance
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		vmi = e.vmi(vm.Name)
 		return vmi != nil && vmi.UID != not && vmi.Status.Phase == virtv1.Running, nil
 	})
 	if err != nil {
 		current, _ := e.kv.VirtualMachines(e.ns).Get(context.Background(), vm.Name, metav1.GetOptions{})
-		e.t.Fatalf("VM %s: no Running VMI (other than %q) within a minute; last VMI %+v; VM status %+v", vm.Name, not, vmi, current.Status)
+		e.t.Fatalf("VM %s: no Running VMI (other than %q) within 3 minutes; last VMI %+v; VM status %+v", vm.Name, not, vmi, current.Status)
 	}
 	e.checkSameRange(vm, vmi)
 	return vmi
@@ -186,10 +186,10 @@ func (e *env) request(name string, req virtv1.VirtualMachineStateChangeRequest) 
 
 func (e *env) waitNoVMI(name string) {
 	e.t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		return e.vmi(name) == nil, nil
 	}); err != nil {
-		e.t.Fatalf("VM %s still has a VMI a minute later", name)
+		e.t.Fatalf("VM %s still has a VMI 3 minutes later", name)
 	}
 }
 
@@ -319,7 +319,7 @@ func TestRunStrategies(t *testing.T) {
 			vmi.Spec.NodeSelector = map[string]string{"virtshard.io/test": "nowhere"}
 		})
 		var first *virtv1.VirtualMachineInstance
-		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 			first = e.vmi("crashloop")
 			return first != nil, nil
 		}); err != nil {
@@ -333,7 +333,7 @@ func TestRunStrategies(t *testing.T) {
 			t.Fatalf("start failure %+v, want 1 failure of %s with a retry time", f, first.UID)
 		}
 		var second *virtv1.VirtualMachineInstance
-		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 			second = e.vmi("crashloop")
 			return second != nil && second.UID != first.UID, nil
 		}); err != nil {
@@ -354,7 +354,7 @@ func TestRunStrategies(t *testing.T) {
 		if err := e.kv.VirtualMachines(e.ns).Delete(context.Background(), "doomed", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 			_, err := e.kv.VirtualMachines(e.ns).Get(ctx, "doomed", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		}); err != nil {
