@@ -125,6 +125,17 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 	var after time.Duration
 	ms := vmi.Status.MigrationState
 	handedOff := ms != nil && ms.MigrationUID == m.UID && ms.TargetNode != ""
+	if m.Status.Phase != virtv1.MigrationPhaseUnset && m.Status.Phase != virtv1.MigrationPending && s.pod == nil {
+		// The cache may not show a pod another replica created a moment
+		// before it handed the range over: ask before calling it gone.
+		pod, err := c.cfg.Kube.CoreV1().Pods(m.Namespace).Get(ctx, targetPodName(vmi, m), metav1.GetOptions{})
+		switch {
+		case err == nil:
+			s.pod = pod
+		case !apierrors.IsNotFound(err):
+			return 0, fmt.Errorf("get target pod of migration %s: %w", it.key, err)
+		}
+	}
 	if m.Status.Phase != virtv1.MigrationPhaseUnset && m.Status.Phase != virtv1.MigrationPending {
 		switch {
 		case vmi.IsFinal() || vmi.DeletionTimestamp != nil:
