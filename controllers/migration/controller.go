@@ -19,6 +19,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/profiling"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -126,8 +127,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for c.processNext(ctx) {
-			}
+			profiling.Do(ctx, "migration", func(ctx context.Context) {
+				for c.processNext(ctx) {
+				}
+			})
 		})
 	}
 	klog.FromContext(ctx).Info("Migration controller running", "workers", workers, "perCluster", c.cfg.Limits.PerCluster, "perNode", c.cfg.Limits.PerNode)

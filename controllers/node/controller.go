@@ -31,6 +31,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/profiling"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -110,8 +111,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for c.processNext(ctx) {
-			}
+			profiling.Do(ctx, "node", func(ctx context.Context) {
+				for c.processNext(ctx) {
+				}
+			})
 		})
 	}
 	klog.FromContext(ctx).Info("Node controller running", "workers", workers, "gracePeriod", c.cfg.GracePeriod, "drainTaint", c.cfg.DrainTaintKey)

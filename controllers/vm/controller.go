@@ -20,6 +20,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/profiling"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -94,8 +95,10 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for c.processNext(ctx) {
-			}
+			profiling.Do(ctx, "vm", func(ctx context.Context) {
+				for c.processNext(ctx) {
+				}
+			})
 		})
 	}
 	klog.FromContext(ctx).Info("VM controller running", "workers", workers)

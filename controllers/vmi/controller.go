@@ -29,6 +29,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/profiling"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/shard"
@@ -196,11 +197,13 @@ func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}
 	close(ready)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { c.batcher.Run(ctx) })
+	wg.Go(func() { profiling.Do(ctx, "vmi-status", c.batcher.Run) })
 	for range workers {
 		wg.Go(func() {
-			for c.processNext(ctx) {
-			}
+			profiling.Do(ctx, "vmi", func(ctx context.Context) {
+				for c.processNext(ctx) {
+				}
+			})
 		})
 	}
 	logger.Info("VMI controller running", "workers", workers)

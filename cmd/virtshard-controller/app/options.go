@@ -51,6 +51,10 @@ type Options struct {
 	// DrainTaintKey marks a node to evacuate.
 	NodeGracePeriod time.Duration
 	DrainTaintKey   string
+	// PyroscopeAddress turns continuous profiling on (off when empty);
+	// PyroscopeUploadRate is how often profiles are sent.
+	PyroscopeAddress    string
+	PyroscopeUploadRate time.Duration
 	// Registry receives the replica's metrics; nil means a fresh one. Tests
 	// running several replicas in one process pass their own.
 	Registry *prometheus.Registry
@@ -86,6 +90,7 @@ func NewOptions() *Options {
 		MigrationPendingTimeout:       migration.DefaultPendingTimeout,
 		NodeGracePeriod:               node.DefaultGracePeriod,
 		DrainTaintKey:                 node.DefaultDrainTaintKey,
+		PyroscopeUploadRate:           15 * time.Second,
 	}
 }
 
@@ -119,6 +124,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.MigrationPendingTimeout, "migration-pending-timeout", o.MigrationPendingTimeout, "fail a migration whose target pod is not running this long")
 	fs.DurationVar(&o.NodeGracePeriod, "node-grace-period", o.NodeGracePeriod, "fail the VMIs of a node NotReady this long")
 	fs.StringVar(&o.DrainTaintKey, "drain-taint-key", o.DrainTaintKey, "taint key that marks a node whose VMIs are migrated away")
+	fs.StringVar(&o.PyroscopeAddress, "pyroscope-address", o.PyroscopeAddress, "Pyroscope server to send continuous profiles to (e.g. http://pyroscope:4040); empty: off")
+	fs.DurationVar(&o.PyroscopeUploadRate, "pyroscope-upload-rate", o.PyroscopeUploadRate, "how often profiles are sent to --pyroscope-address")
 }
 
 // Parse parses args, including klog's flags, and validates.

@@ -24,6 +24,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/node"
+	"github.com/virtshard/virtshard/controllers/profiling"
 	"github.com/virtshard/virtshard/controllers/queuemetrics"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
@@ -42,6 +43,12 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	queuemetrics.Register(registry)
+
+	stopProfiling, err := profiling.Start(profiling.Options{ServerAddress: o.PyroscopeAddress, Replica: o.Identity, UploadRate: o.PyroscopeUploadRate})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopProfiling() }()
 
 	cfg, err := o.restConfig()
 	if err != nil {
