@@ -42,6 +42,13 @@ test: tools verify ## Run every test: unit, integration (on the local cluster) a
 run: tools controller ## Run 3 replicas on the local cluster with a demo workload (RUN_ARGS="--vmis 1000"); Ctrl-C stops.
 	$(GO) run ./cmd/virtshard-run --controller $(BIN)/virtshard-controller $(RUN_ARGS)
 
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: image
+image: ## Build the controller's image as an OCI archive, without a container engine: bin/virtshard-controller-image.tar.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/image/virtshard-controller ./cmd/virtshard-controller
+	$(GO) run ./cmd/virtshard-image --binary $(BIN)/image/virtshard-controller --version $(VERSION) --out $(BIN)/virtshard-controller-image.tar
+
 .PHONY: controller
 controller: ## Build bin/virtshard-controller.
 	$(GO) build -o $(BIN)/virtshard-controller ./cmd/virtshard-controller
