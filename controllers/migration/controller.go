@@ -2,7 +2,6 @@ package migration
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,8 +18,8 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
-	"github.com/virtshard/virtshard/controllers/profiling"
 	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/controllers/worker"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -124,19 +123,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			profiling.Do(ctx, "migration", func(ctx context.Context) {
-				for c.processNext(ctx) {
-				}
-			})
-		})
-	}
 	klog.FromContext(ctx).Info("Migration controller running", "workers", workers, "perCluster", c.cfg.Limits.PerCluster, "perNode", c.cfg.Limits.PerNode)
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, "migration", workers, c.queue, c.sync)
 	return nil
 }
 
@@ -245,26 +233,6 @@ func (c *Controller) podChanged(rng int, obj any) {
 	if name := pod.Annotations[virtv1.MigrationJobNameAnnotation]; name != "" {
 		c.queue.Add(item{rng, pod.Namespace + "/" + name})
 	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	it, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(it)
-	after, err := c.sync(ctx, it)
-	switch {
-	case err != nil:
-		klog.FromContext(ctx).V(2).Info("Reconcile failed, requeueing", "migration", it.key, "range", it.rng, "err", err)
-		c.queue.AddRateLimited(it)
-	case after > 0:
-		c.queue.Forget(it)
-		c.queue.AddAfter(it, after)
-	default:
-		c.queue.Forget(it)
-	}
-	return true
 }
 
 var _ caches.Consumer = (*Controller)(nil)

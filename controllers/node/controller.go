@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,7 +30,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
-	"github.com/virtshard/virtshard/controllers/profiling"
+	"github.com/virtshard/virtshard/controllers/worker"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -108,19 +107,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			profiling.Do(ctx, "node", func(ctx context.Context) {
-				for c.processNext(ctx) {
-				}
-			})
-		})
-	}
 	klog.FromContext(ctx).Info("Node controller running", "workers", workers, "gracePeriod", c.cfg.GracePeriod, "drainTaint", c.cfg.DrainTaintKey)
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, "node", workers, c.queue, c.sync)
 	return nil
 }
 
@@ -137,26 +125,6 @@ func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
 
 // Releasing implements caches.Consumer; the fence stops every write.
 func (c *Controller) Releasing(context.Context, int, shard.Reason) {}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	after, err := c.sync(ctx, name)
-	switch {
-	case err != nil:
-		klog.FromContext(ctx).V(2).Info("Reconcile failed, requeueing", "node", name, "err", err)
-		c.queue.AddRateLimited(name)
-	case after > 0:
-		c.queue.Forget(name)
-		c.queue.AddAfter(name, after)
-	default:
-		c.queue.Forget(name)
-	}
-	return true
-}
 
 // held is a VMI of a held range on the node.
 type held struct {

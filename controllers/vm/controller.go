@@ -2,7 +2,6 @@ package vm
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
-	"github.com/virtshard/virtshard/controllers/profiling"
+	"github.com/virtshard/virtshard/controllers/worker"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -51,8 +50,11 @@ type Controller struct {
 	expectations *expectations.Expectations
 	recorder     record.EventRecorder
 	broadcaster  record.EventBroadcaster
-	// written holds, by item, the VM our last write returned (see newest).
-	written sync.Map
+	// written[i] overlays range i's VM cache with the objects our own
+	// writes returned until the informer catches up, so that a status
+	// written a moment ago (a start failure, a consumed request) is not
+	// acted on as if it were not. Nil while the range is not held.
+	written []atomic.Pointer[cache.MutationCache]
 	// releasing[i] is set while range i is handed off; inflight[i] counts
 	// its syncs under way.
 	releasing []atomic.Bool
@@ -78,6 +80,7 @@ func New(cfg Config) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: "vm", Clock: cfg.Clock}),
 		expectations: expectations.New(cfg.Ranges.Count(), cfg.Clock),
+		written:      make([]atomic.Pointer[cache.MutationCache], cfg.Ranges.Count()),
 		releasing:    make([]atomic.Bool, cfg.Ranges.Count()),
 		inflight:     make([]atomic.Int32, cfg.Ranges.Count()),
 	}
@@ -92,24 +95,16 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	c.broadcaster.StartStructuredLogging(4)
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
 	defer c.broadcaster.Shutdown()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			profiling.Do(ctx, "vm", func(ctx context.Context) {
-				for c.processNext(ctx) {
-				}
-			})
-		})
-	}
 	klog.FromContext(ctx).Info("VM controller running", "workers", workers)
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, "vm", workers, c.queue, c.sync)
 }
 
 // Acquired implements caches.Consumer: watch range r's VMs and VMIs; the
 // informers replay what they hold, which queues every VM of the range.
 func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
+	written := cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), r.VMs.GetStore(),
+		cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 100000})
+	c.written[r.Index].Store(&written)
 	c.releasing[r.Index].Store(false)
 	if _, err := r.VMs.AddEventHandler(c.vmHandler(r.Index)); err != nil {
 		return err
@@ -125,12 +120,14 @@ func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
 		time.Sleep(time.Millisecond)
 	}
 	c.expectations.DropRange(i)
-	c.written.Range(func(k, _ any) bool {
-		if k.(item).rng == i {
-			c.written.Delete(k)
-		}
-		return true
-	})
+	c.written[i].Store(nil)
+}
+
+// wrote records a VM our write returned, for the next syncs of its range.
+func (c *Controller) wrote(rng int, vm *virtv1.VirtualMachine) {
+	if written := c.written[rng].Load(); written != nil {
+		(*written).Mutation(vm)
+	}
 }
 
 func (c *Controller) vmHandler(rng int) cache.ResourceEventHandler {
@@ -198,27 +195,6 @@ func (c *Controller) enqueue(rng int, obj any) {
 		return
 	}
 	c.queue.Add(item{rng, key})
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	it, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(it)
-	after, err := c.sync(ctx, it)
-	switch {
-	case err != nil:
-		klog.FromContext(ctx).V(2).Info("Reconcile failed, requeueing", "vm", it.key, "range", it.rng, "err", err)
-		c.queue.AddRateLimited(it)
-	case after > 0:
-		// Time-driven: a start backoff runs out.
-		c.queue.Forget(it)
-		c.queue.AddAfter(it, after)
-	default:
-		c.queue.Forget(it)
-	}
-	return true
 }
 
 var _ caches.Consumer = (*Controller)(nil)

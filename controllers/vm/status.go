@@ -38,7 +38,7 @@ func (c *Controller) writeStatus(ctx context.Context, it item, o observed, syncE
 		}
 		return fmt.Errorf("update status of VM %s: %w", it.key, err)
 	}
-	c.written.Store(it, updated)
+	c.wrote(it.rng, updated)
 	return nil
 }
 

@@ -48,11 +48,11 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	if !c.cfg.Fence.Holds(it.rng) || c.releasing[it.rng].Load() {
 		return 0, nil // not ours (any more): the next owner reconciles it
 	}
-	r := c.cfg.Caches.Get(it.rng)
-	if r == nil {
+	r, written := c.cfg.Caches.Get(it.rng), c.written[it.rng].Load()
+	if r == nil || written == nil {
 		return 0, nil
 	}
-	obj, exists, err := r.VMs.GetStore().GetByKey(it.key)
+	obj, exists, err := (*written).GetByKey(it.key)
 	if err != nil {
 		return 0, err
 	}
@@ -69,7 +69,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		return 0, nil
 	}
 	// A copy: the sync goes on from what its own writes return.
-	o := observed{vm: c.newest(it, obj.(*virtv1.VirtualMachine)).DeepCopy()}
+	o := observed{vm: obj.(*virtv1.VirtualMachine).DeepCopy()}
 	vmi, _, err := r.VMIs.Get(it.key)
 	if err != nil {
 		return 0, err
@@ -108,30 +108,6 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		return 0, err
 	}
 	return after, nil
-}
-
-// newest is the cached VM, or what our last write of it returned while
-// the informer has not caught up: a status written a moment ago (a start
-// failure, a consumed request) must not be acted on as if it were not.
-func (c *Controller) newest(it item, cached *virtv1.VirtualMachine) *virtv1.VirtualMachine {
-	w, ok := c.written.Load(it)
-	if !ok {
-		return cached
-	}
-	mine := w.(*virtv1.VirtualMachine)
-	if mine.UID == cached.UID && newer(mine.ResourceVersion, cached.ResourceVersion) {
-		return mine
-	}
-	c.written.CompareAndDelete(it, w)
-	return cached
-}
-
-// newer compares resourceVersions as the integers the API server makes
-// them (as client-go's mutation cache does).
-func newer(a, b string) bool {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	return errA == nil && errB == nil && x > y
 }
 
 // act does what the run strategy and the first state change request ask.
@@ -349,7 +325,7 @@ func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.
 	}
 	// The rest of this sync works on what the server returned.
 	*vm = *updated
-	c.written.Store(it, updated)
+	c.wrote(it.rng, updated)
 	return nil
 }
 
