@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -371,7 +372,7 @@ func replacing(old, next *virtv1.VirtualMachineInstanceMigrationState) (map[stri
 
 func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
 	cached, exists, _ := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.key)
-	if exists && equalStatus(cached.(*virtv1.VirtualMachineInstanceMigration), m) || !c.cfg.Fence.Holds(it.rng) {
+	if exists && equality.Semantic.DeepEqual(cached.(*virtv1.VirtualMachineInstanceMigration).Status, m.Status) || !c.cfg.Fence.Holds(it.rng) {
 		return nil
 	}
 	updated, err := c.cfg.KubeVirt.Migrations(m.Namespace).UpdateStatus(ctx, m, metav1.UpdateOptions{})
@@ -383,12 +384,6 @@ func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.Virtual
 	}
 	*m = *updated
 	return nil
-}
-
-func equalStatus(a, b *virtv1.VirtualMachineInstanceMigration) bool {
-	x, _ := json.Marshal(a.Status)
-	y, _ := json.Marshal(b.Status)
-	return string(x) == string(y)
 }
 
 // failAndFinish records a failure and ends the migration.

@@ -450,7 +450,7 @@ func (c *Controller) dataVolumeReady(key string) (ready, known bool) {
 
 // enqueueKey queues the VMI key if a range this replica acts on has it.
 func (c *Controller) enqueueKey(key string) {
-	for i := range c.written {
+	for i := range c.cfg.Ranges.Count() {
 		if r := c.cfg.Caches.Get(i); r != nil {
 			if _, exists, _ := r.VMIs.Get(key); exists {
 				c.queue.Add(item{i, key})
@@ -469,7 +469,7 @@ func (c *Controller) pvcAdded(obj any) {
 
 // claimChanged wakes the VMIs that use the claim (or DataVolume) claim.
 func (c *Controller) claimChanged(claim string) {
-	for i := range c.written {
+	for i := range c.cfg.Ranges.Count() {
 		r := c.cfg.Caches.Get(i)
 		if r == nil {
 			continue
