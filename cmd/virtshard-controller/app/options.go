@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/node"
+	"github.com/virtshard/virtshard/controllers/serving"
 	"github.com/virtshard/virtshard/controllers/vm"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -32,8 +34,15 @@ type Options struct {
 	StatusWorkers int
 	QPS           float64
 	Burst         int
-	Address       string
-	Pprof         bool
+	// Address of the HTTP endpoint; loopback unless SecureServing.
+	Address string
+	// SecureServing serves HTTPS and delegates authentication and
+	// authorization of /metrics and /debug/pprof to the API server.
+	SecureServing           bool
+	TLSCertFile, TLSKeyFile string
+	Pprof                   bool
+	// Listener, when set, is served instead of listening on Address (tests).
+	Listener      net.Listener
 	LazyStatus    time.Duration
 	BusyStatus    time.Duration
 	BusyDepth     int
@@ -75,7 +84,7 @@ func NewOptions() *Options {
 		StatusWorkers: 8,
 		QPS:           200,
 		Burst:         400,
-		Address:       ":8080",
+		Address:       "127.0.0.1:8080",
 		LazyStatus:    2 * time.Second,
 		BusyStatus:    time.Minute,
 		BusyDepth:     20,
@@ -110,8 +119,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "concurrent status patches")
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "client QPS to the API server")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "client burst to the API server")
-	fs.StringVar(&o.Address, "address", o.Address, "address of /metrics, /healthz, /readyz (and /debug/pprof)")
-	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --address")
+	fs.StringVar(&o.Address, "address", o.Address, "address of /metrics, /healthz, /readyz (and /debug/pprof); a non-loopback address needs --secure-serving")
+	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "serve HTTPS and let only clients the API server authenticates (TokenReview) and authorizes (SubjectAccessReview on the path) reach /metrics and /debug/pprof; /healthz and /readyz stay open")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serving certificate of --secure-serving; empty: a self-signed one made at start")
+	fs.StringVar(&o.TLSKeyFile, "tls-private-key-file", o.TLSKeyFile, "private key of --tls-cert-file")
+	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --address, behind the same protection as /metrics")
 	fs.DurationVar(&o.LazyStatus, "lazy-status-wait", o.LazyStatus, "how long an intermediate phase may wait to share a patch")
 	fs.DurationVar(&o.BusyStatus, "busy-status-wait", o.BusyStatus, "the same while at least --busy-depth VMIs are queued or have status pending")
 	fs.IntVar(&o.BusyDepth, "busy-depth", o.BusyDepth, "VMIs queued for a sync or with status pending from which the controller counts as busy")
@@ -165,6 +177,12 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxStartBackoff <= 0 {
 		errs = append(errs, errors.New("--max-start-backoff must be positive"))
+	}
+	if err := (serving.Options{Address: o.Address, Listener: o.Listener, Secure: o.SecureServing}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file go together"))
 	}
 	if o.Identity == "" || o.Namespace == "" {
 		errs = append(errs, errors.New("--identity and --namespace must not be empty"))

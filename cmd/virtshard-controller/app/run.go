@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/node"
 	"github.com/virtshard/virtshard/controllers/profiling"
 	"github.com/virtshard/virtshard/controllers/queuemetrics"
+	"github.com/virtshard/virtshard/controllers/serving"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/controllers/vm"
@@ -159,7 +158,20 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 
-	server := o.serve(registry, manager)
+	server, err := serving.Start(serving.Options{
+		Address:  o.Address,
+		Listener: o.Listener,
+		Secure:   o.SecureServing,
+		Client:   kube,
+		CertFile: o.TLSCertFile,
+		KeyFile:  o.TLSKeyFile,
+		Pprof:    o.Pprof,
+		Metrics:  promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+		Ready:    manager.Ready,
+	})
+	if err != nil {
+		return fmt.Errorf("serve on %s: %w", o.Address, err)
+	}
 	defer func() {
 		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -212,32 +224,4 @@ func (o *Options) restConfig() (*rest.Config, error) {
 	cfg.Burst = o.Burst
 	cfg.UserAgent = "virtshard-controller/" + o.Identity
 	return cfg, nil
-}
-
-// serve exposes metrics, health (the process runs) and readiness (every
-// range it holds is synced).
-func (o *Options) serve(registry *prometheus.Registry, manager *shard.Manager) *http.Server {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !manager.Ready() {
-			http.Error(w, "ranges not synced", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
-	if o.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	server := &http.Server{Addr: o.Address, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := server.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.Background().Error(err, "Metrics server stopped", "address", o.Address)
-		}
-	}()
-	return server
 }
