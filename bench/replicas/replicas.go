@@ -6,6 +6,7 @@ package replicas
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,8 +45,24 @@ type Replica struct {
 	done    chan struct{}
 }
 
-// Start starts replica id.
+// Start starts replica id and waits until its HTTP endpoint answers.
+//
+// The port is picked free and then handed to the process, so another
+// process can take it in between; the replica then exits at once, and is
+// started again on another port.
 func Start(opts Options, id string) (*Replica, error) {
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		r, err := start(opts, id)
+		if err == nil || !errors.Is(err, errAddressInUse) || attempt == attempts {
+			return r, err
+		}
+	}
+}
+
+var errAddressInUse = errors.New("address already in use")
+
+func start(opts Options, id string) (*Replica, error) {
 	addr, err := freeAddress()
 	if err != nil {
 		return nil, err
@@ -55,8 +72,14 @@ func Start(opts Options, id string) (*Replica, error) {
 	}
 	// Append: a restarted replica keeps its predecessor's log, as a pod's
 	// previous container log is kept.
-	log, err := os.OpenFile(filepath.Join(opts.LogDir, id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logPath := filepath.Join(opts.LogDir, id+".log")
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
+		return nil, err
+	}
+	logStart, err := log.Seek(0, io.SeekEnd)
+	if err != nil {
+		log.Close()
 		return nil, err
 	}
 	args := []string{"--kubeconfig", opts.Kubeconfig, "--namespace", opts.Namespace, "--identity", id,
@@ -72,7 +95,39 @@ func Start(opts Options, id string) (*Replica, error) {
 	}
 	r := &Replica{ID: id, Address: addr, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); log.Close(); close(r.done) }()
-	return r, nil
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		if _, err := r.Get(ctx, "/healthz"); err == nil {
+			return r, nil
+		}
+		select {
+		case <-r.done:
+			tail := logSince(logPath, logStart)
+			if strings.Contains(tail, "address already in use") {
+				return nil, fmt.Errorf("replica %s on %s: %w", id, addr, errAddressInUse)
+			}
+			return nil, fmt.Errorf("replica %s exited at start: %s", id, tail)
+		case <-ctx.Done():
+			r.Kill()
+			return nil, fmt.Errorf("replica %s did not answer on %s within a minute", id, addr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// logSince returns the end of what the replica logged from offset on.
+func logSince(path string, offset int64) string {
+	data, err := os.ReadFile(path)
+	if err != nil || int64(len(data)) < offset {
+		return ""
+	}
+	data = data[offset:]
+	if len(data) > 2000 {
+		data = data[len(data)-2000:]
+	}
+	return strings.TrimSpace(string(data))
 }
 
 // Stop asks the replica to hand its ranges off and exit (SIGTERM), and
