@@ -97,6 +97,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	n := cfg.Ranges.Count()
+	cfg.Metrics.setRanges(n)
 	return &Manager{
 		cfg:        cfg,
 		obs:        newObservations(),

@@ -510,6 +510,9 @@ func TestShardMapShowsWhoHoldsWhat(t *testing.T) {
 	for _, mem := range g.members {
 		owned += gauge(t, mem.registry, "virtshard_shard_ranges_owned")
 		leaders += gauge(t, mem.registry, "virtshard_shard_leader")
+		if n := gauge(t, mem.registry, "virtshard_shard_ranges"); n != rangeCount {
+			t.Errorf("%s reports %v ranges, want %d", mem.id, n, rangeCount)
+		}
 		if gen := gauge(t, mem.registry, "virtshard_shard_assignment_generation"); gen < 1 {
 			t.Errorf("%s reports assignment generation %v", mem.id, gen)
 		}

@@ -7,6 +7,7 @@ import (
 
 // Metrics of one member, virtshard_shard_*.
 type Metrics struct {
+	ranges               prometheus.Gauge
 	rangesOwned          prometheus.Gauge
 	rangesActive         prometheus.Gauge
 	assignmentGeneration prometheus.Gauge
@@ -20,6 +21,10 @@ type Metrics struct {
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		ranges: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "virtshard_shard_ranges",
+			Help: "Number of hash ranges (--ranges): the sum of virtshard_shard_ranges_active over the replicas should reach it.",
+		}),
 		rangesOwned: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_ranges_owned",
 			Help: "Ranges whose lease this member holds.",
@@ -55,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this member is the leader publishing the assignment.",
 		}),
 	}
-	reg.MustRegister(m.rangesOwned, m.rangesActive, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.leader)
+	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.leader)
 	return m
 }
 
@@ -64,6 +69,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) activeChanged(delta float64) {
 	if m != nil {
 		m.rangesActive.Add(delta)
+	}
+}
+
+func (m *Metrics) setRanges(n int) {
+	if m != nil {
+		m.ranges.Set(float64(n))
 	}
 }
 

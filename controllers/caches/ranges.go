@@ -118,6 +118,17 @@ func (c *Ranges) Cached(resource string) float64 {
 	return float64(n)
 }
 
+// VMIs returns every VMI cached for the held ranges (read only).
+func (c *Ranges) VMIs() []*virtv1.VirtualMachineInstance {
+	var out []*virtv1.VirtualMachineInstance
+	for i := range c.held {
+		if r := c.held[i].Load(); r != nil {
+			out = append(out, r.VMIs.List()...)
+		}
+	}
+	return out
+}
+
 // Acquired implements shard.Handler: start range i's informers, wait for
 // them, then hand the range to every consumer.
 func (c *Ranges) Acquired(ctx context.Context, i int) error {

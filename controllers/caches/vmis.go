@@ -76,3 +76,14 @@ func (v VMIs) AddEventHandler(h cache.ResourceEventHandler) error {
 func (v VMIs) Stores() [2]cache.Store {
 	return [2]cache.Store{v.Labelled.GetStore(), v.Unlabelled.GetStore()}
 }
+
+// List returns every cached VMI. The objects are the cache's: read only.
+func (v VMIs) List() []*virtv1.VirtualMachineInstance {
+	var out []*virtv1.VirtualMachineInstance
+	for _, store := range v.Stores() {
+		for _, obj := range store.List() {
+			out = append(out, obj.(*virtv1.VirtualMachineInstance))
+		}
+	}
+	return out
+}

@@ -157,6 +157,11 @@ func (c *Controller) PendingExpectations() float64 { return float64(c.expectatio
 // CachedObjects counts the objects of resource in the held ranges' caches.
 func (c *Controller) CachedObjects(resource string) float64 { return c.cfg.Caches.Cached(resource) }
 
+// LongestInPhase implements Gauges.
+func (c *Controller) LongestInPhase() map[virtv1.VirtualMachineInstancePhase]time.Duration {
+	return longestInWaitingPhase(c.cfg.Caches.VMIs(), time.Now())
+}
+
 // Run starts the cluster-wide caches, the status batcher and workers, and
 // blocks until ctx is done. Ranges come and go through Acquired/Releasing.
 func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}) error {

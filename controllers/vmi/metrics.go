@@ -1,9 +1,11 @@
 package vmi
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	virtv1 "kubevirt.io/api/core/v1"
 )
 
 // Metrics of the VMI controller.
@@ -18,7 +20,14 @@ type Gauges interface {
 	PendingExpectations() float64
 	// CachedObjects counts the objects of resource in the held ranges' caches.
 	CachedObjects(resource string) float64
+	// LongestInPhase returns, for each phase before Running, how long the
+	// VMI that entered it first has been in it.
+	LongestInPhase() map[virtv1.VirtualMachineInstancePhase]time.Duration
 }
+
+// waitingPhases are the phases a VMI passes through on its way to Running:
+// one that stays in them is stuck.
+var waitingPhases = []virtv1.VirtualMachineInstancePhase{virtv1.Pending, virtv1.Scheduling, virtv1.Scheduled}
 
 // phaseTransitionBuckets are KubeVirt's (PhaseTransitionTimeBuckets), so
 // dashboards built for virt-controller work unchanged.
@@ -59,6 +68,25 @@ func RegisterGauges(reg prometheus.Registerer, g Gauges) {
 			ConstLabels: prometheus.Labels{"resource": resource},
 		}, func() float64 { return g.CachedObjects(resource) }))
 	}
+	reg.MustRegister(&longestInPhase{g: g, desc: prometheus.NewDesc("virtshard_vmi_longest_in_phase_seconds",
+		"For each phase before Running, how long the held ranges' VMI that has been in it longest has been there (0 if none).",
+		[]string{"phase"}, nil)})
+}
+
+// longestInPhase collects virtshard_vmi_longest_in_phase_seconds, one scan
+// of the caches per scrape.
+type longestInPhase struct {
+	g    Gauges
+	desc *prometheus.Desc
+}
+
+func (l *longestInPhase) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
+
+func (l *longestInPhase) Collect(ch chan<- prometheus.Metric) {
+	longest := l.g.LongestInPhase()
+	for _, phase := range waitingPhases {
+		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, longest[phase].Seconds(), string(phase))
+	}
 }
 
 func (m *Metrics) phase(phase string, sinceCreation time.Duration) {
@@ -76,4 +104,27 @@ func (m *Metrics) reconciled(took time.Duration, err error) {
 		result = "error"
 	}
 	m.reconcileDuration.WithLabelValues("vmi", result).Observe(took.Seconds())
+}
+
+// longestInWaitingPhase returns, for each waiting phase, the longest time a
+// VMI has been in it at now. A VMI without a phase counts as Pending since
+// its creation.
+func longestInWaitingPhase(vmis []*virtv1.VirtualMachineInstance, now time.Time) map[virtv1.VirtualMachineInstancePhase]time.Duration {
+	out := map[virtv1.VirtualMachineInstancePhase]time.Duration{}
+	for _, vmi := range vmis {
+		phase, since := vmi.Status.Phase, vmi.CreationTimestamp.Time
+		if phase == virtv1.VmPhaseUnset {
+			phase = virtv1.Pending
+		}
+		if !slices.Contains(waitingPhases, phase) {
+			continue
+		}
+		for _, t := range vmi.Status.PhaseTransitionTimestamps {
+			if t.Phase == vmi.Status.Phase {
+				since = t.PhaseTransitionTimestamp.Time
+			}
+		}
+		out[phase] = max(out[phase], now.Sub(since))
+	}
+	return out
 }
