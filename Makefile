@@ -12,6 +12,9 @@ GO    ?= go
 # only label the binaries.
 KUBE_VERSION := v1.37.2
 STATICCHECK_VERSION := v0.8.2
+# Its CRDs (ServiceMonitor, PodMonitor, PrometheusRule) validate
+# deploy/monitoring in the tests.
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
 
 # Number of kwok nodes `make cluster-up` creates.
 NODES ?= 20
@@ -86,7 +89,7 @@ kubeconfig: ## Print the local cluster's kubeconfig path.
 ##@ Build
 
 .PHONY: tools
-tools: $(BIN)/.kube.stamp $(BIN)/.etcd.stamp $(BIN)/.kwok.stamp $(BIN)/.kwok-stages.stamp ## Build the pinned control-plane tools into bin/ (skips what is built).
+tools: $(BIN)/.kube.stamp $(BIN)/.etcd.stamp $(BIN)/.kwok.stamp $(BIN)/.kwok-stages.stamp $(BIN)/.monitoring-crds.stamp ## Build the pinned control-plane tools into bin/ (skips what is built).
 
 $(BIN)/.kube.stamp: $(TOOLS)/kube/go.mod $(TOOLS)/kube/go.sum $(wildcard $(TOOLS)/kube/*/main.go)
 	@mkdir -p $(BIN)
@@ -106,7 +109,7 @@ $(BIN)/.kwok.stamp: $(TOOLS)/kwok/go.mod $(TOOLS)/kwok/go.sum
 # kwok's own default node and pod Stages, from the pinned module: the
 # cluster runs kwok with Stages as API objects, which has no defaults. The
 # node Stages leave alone a node annotated virtshard.io/node-stopped, whose
-# kubelet the tests stop (deploy/kwok/node-stopped.yaml).
+# kubelet the tests stop (deploy/kwok/stages/node-stopped.yaml).
 $(BIN)/.kwok-stages.stamp: $(TOOLS)/kwok/go.mod Makefile
 	@src=$$(cd $(TOOLS)/kwok && $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage && \
 	  mkdir -p $(BIN)/kwok-stages && \
@@ -114,6 +117,13 @@ $(BIN)/.kwok-stages.stamp: $(TOOLS)/kwok/go.mod Makefile
 	    $$src/pod/fast/pod-ready.yaml $$src/pod/fast/pod-complete.yaml $$src/pod/fast/pod-delete.yaml $(BIN)/kwok-stages/ && \
 	  sed -i 's|^    matchExpressions:|&\n    - key: .metadata.annotations["virtshard.io/node-stopped"]\n      operator: DoesNotExist|' \
 	    $(BIN)/kwok-stages/node-initialize.yaml $(BIN)/kwok-stages/node-heartbeat-with-lease.yaml
+	@touch $@
+
+# The Prometheus Operator's CRDs, from its pinned module.
+$(BIN)/.monitoring-crds.stamp: Makefile
+	@dir=$$($(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
+	  test -n "$$dir" && mkdir -p $(BIN)/monitoring-crds && \
+	  install -m 0644 $$dir/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors,prometheusrules}.yaml $(BIN)/monitoring-crds/
 	@touch $@
 
 ##@ Generate and verify

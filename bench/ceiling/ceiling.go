@@ -84,7 +84,7 @@ func Pods(ctx context.Context, client kubernetes.Interface, opts Options) (Resul
 
 // VMIStage creates opts.Count VMIs already handed off (phase Scheduled, a
 // node name), as virtshard would leave them, and waits for kwok's VMI stage
-// (deploy/kwok) to make them Running: the node side's limit, which bounds
+// (deploy/kwok/stages) to make them Running: the node side's limit, which bounds
 // any controller's VMI throughput on this cluster.
 func VMIStage(ctx context.Context, client kubernetes.Interface, kv *kubevirt.Clientset, opts Options) (Result, error) {
 	nodes := max(opts.Nodes, 1)

@@ -236,7 +236,7 @@ func (o Options) create(ctx context.Context) error {
 
 // install applies the KubeVirt CRDs and the kwok Stages: kwok's default node
 // and pod Stages (copied from the pinned kwok module by `make tools`) and
-// deploy/kwok, which plays KubeVirt's node side.
+// deploy/kwok/stages, which play KubeVirt's node side.
 //
 // kwok starts a Stage's controller when the Stage appears and retries a
 // failed start only on the next Stage event, and a CRD is Established before
@@ -244,10 +244,19 @@ func (o Options) create(ctx context.Context) error {
 // Stages only once the group is published.
 func (o Options) install(ctx context.Context) error {
 	crds := filepath.Join(o.Root, "deploy", "crds")
+	// kubectl wait takes no kustomization: name the CRD files.
+	crdFiles, err := filepath.Glob(filepath.Join(crds, "*.kubevirt.io.yaml"))
+	if err != nil || len(crdFiles) == 0 {
+		return fmt.Errorf("no CRDs in %s (run make generate): %v", crds, err)
+	}
+	waitCRDs := []string{"wait", "--for=condition=Established", "--timeout=60s"}
+	for _, f := range crdFiles {
+		waitCRDs = append(waitCRDs, "-f", f)
+	}
 	steps := [][]string{
 		{"wait", "--for=condition=Established", "--timeout=60s", "crd/stages.kwok.x-k8s.io"},
-		{"apply", "--server-side", "--force-conflicts", "-f", crds},
-		{"wait", "--for=condition=Established", "--timeout=60s", "-f", crds},
+		{"apply", "--server-side", "--force-conflicts", "-k", crds},
+		waitCRDs,
 	}
 	for _, step := range steps {
 		if err := o.kubectl(ctx, step...); err != nil {
@@ -258,7 +267,7 @@ func (o Options) install(ctx context.Context) error {
 		return err
 	}
 	return o.kubectl(ctx, "apply", "--server-side", "--force-conflicts",
-		"-f", filepath.Join(o.Root, "bin", "kwok-stages"), "-f", filepath.Join(o.Root, "deploy", "kwok"))
+		"-f", filepath.Join(o.Root, "bin", "kwok-stages"), "-f", filepath.Join(o.Root, "deploy", "kwok", "stages"))
 }
 
 // waitOpenAPI waits until /openapi/v3 lists path.

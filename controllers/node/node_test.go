@@ -105,7 +105,7 @@ func (e *env) runVMIs(prefix string, n int) map[string]string {
 }
 
 // stop stops a kwok node's kubelet: it reports NotReady from then on
-// (deploy/kwok/node-stopped.yaml).
+// (deploy/kwok/stages/node-stopped.yaml).
 func (e *env) stop(name string) time.Time {
 	e.t.Helper()
 	at := time.Now()

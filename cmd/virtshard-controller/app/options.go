@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/virtshard/virtshard/controllers/migration"
@@ -64,6 +65,9 @@ type Options struct {
 	// PyroscopeUploadRate is how often profiles are sent.
 	PyroscopeAddress    string
 	PyroscopeUploadRate time.Duration
+	// AdjustConfig, when set, may change the API client config before the
+	// clients are made (tests: impersonate, record requests).
+	AdjustConfig func(*rest.Config)
 	// Registry receives the replica's metrics; nil means a fresh one. Tests
 	// running several replicas in one process pass their own.
 	Registry *prometheus.Registry

@@ -223,5 +223,8 @@ func (o *Options) restConfig() (*rest.Config, error) {
 	cfg.QPS = float32(o.QPS)
 	cfg.Burst = o.Burst
 	cfg.UserAgent = "virtshard-controller/" + o.Identity
+	if o.AdjustConfig != nil {
+		o.AdjustConfig(cfg)
+	}
 	return cfg, nil
 }
