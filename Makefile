@@ -136,7 +136,7 @@ generate: ## Regenerate the KubeVirt CRDs in deploy/crds from kubevirt.io/kubevi
 	rm -rf deploy/crds && cd $(TOOLS)/crdgen && $(CRDGEN_ENV) $(GO) run . $(ROOT)/deploy/crds
 
 .PHONY: verify
-verify: generate ## Fail on stale generated files, gofmt, go vet or untidy modules.
+verify: generate tools ## Fail on stale generated files, gofmt, go vet, untidy modules, or RBAC that differs from what the controllers call.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
@@ -144,6 +144,9 @@ verify: generate ## Fail on stale generated files, gofmt, go vet or untidy modul
 	@for m in kube etcd kwok; do (cd $(TOOLS)/$$m && $(GO) mod tidy -diff) || exit 1; done
 	@git diff --exit-code -- deploy/crds || { echo "deploy/crds is stale: run make generate"; exit 1; }
 	@test -z "$$(git status --porcelain -- deploy/crds)" || { echo "deploy/crds has untracked changes: run make generate and commit"; exit 1; }
+	# The replicas run under deploy/'s RBAC on the local cluster: every call
+	# granted, every grant called (deploy/rbac_test.go, about 10 s).
+	$(GO) test -count=1 -run '^TestRBAC' ./deploy/
 
 .PHONY: clean
 clean: cluster-down ## Stop the cluster and remove bin/.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,12 +26,18 @@ type Replica struct {
 	Registry *prometheus.Registry
 	cancel   context.CancelFunc
 	done     chan error
+	stop     sync.Once
+	err      error
 }
 
-// Stop stops the replica gracefully (as SIGTERM does) and waits for it.
+// Stop stops the replica gracefully (as SIGTERM does), waits for it and
+// returns what Run returned; later calls return the same.
 func (r *Replica) Stop() error {
-	r.cancel()
-	return <-r.done
+	r.stop.Do(func() {
+		r.cancel()
+		r.err = <-r.done
+	})
+	return r.err
 }
 
 // Start runs a replica with identity id over namespace ns (its Leases live
@@ -57,13 +64,7 @@ func Start(t *testing.T, ns, id string, configure func(*app.Options)) *Replica {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Replica{Registry: opts.Registry, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- opts.Run(ctx) }()
-	t.Cleanup(func() {
-		select {
-		case <-r.done:
-		default:
-			_ = r.Stop()
-		}
-	})
+	t.Cleanup(func() { _ = r.Stop() })
 	return r
 }
 
