@@ -132,8 +132,9 @@ $(BIN)/.monitoring-crds.stamp: Makefile
 CRDGEN_ENV := GONOSUMDB=kubevirt.io/kubevirt
 
 .PHONY: generate
-generate: ## Regenerate the KubeVirt CRDs in deploy/crds from kubevirt.io/kubevirt.
+generate: ## Regenerate the KubeVirt CRDs in deploy/crds (from kubevirt.io/kubevirt) and docs/config.md (from the flags).
 	rm -rf deploy/crds && cd $(TOOLS)/crdgen && $(CRDGEN_ENV) $(GO) run . $(ROOT)/deploy/crds
+	$(GO) run ./cmd/virtshard-docs docs/config.md
 
 .PHONY: verify
 verify: generate tools ## Fail on stale generated files, gofmt, go vet, untidy modules, or RBAC that differs from what the controllers call.
@@ -142,8 +143,8 @@ verify: generate tools ## Fail on stale generated files, gofmt, go vet, untidy m
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(GO) mod tidy -diff
 	@for m in kube etcd kwok; do (cd $(TOOLS)/$$m && $(GO) mod tidy -diff) || exit 1; done
-	@git diff --exit-code -- deploy/crds || { echo "deploy/crds is stale: run make generate"; exit 1; }
-	@test -z "$$(git status --porcelain -- deploy/crds)" || { echo "deploy/crds has untracked changes: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- deploy/crds docs/config.md || { echo "deploy/crds or docs/config.md is stale: run make generate"; exit 1; }
+	@test -z "$$(git status --porcelain -- deploy/crds docs/config.md)" || { echo "deploy/crds or docs/config.md has uncommitted changes: run make generate and commit"; exit 1; }
 	# The replicas run under deploy/'s RBAC on the local cluster: every call
 	# granted, every grant called (deploy/rbac_test.go, about 10 s).
 	$(GO) test -count=1 -run '^TestRBAC' ./deploy/
