@@ -245,13 +245,27 @@ func MemoryOverhead(vmi *virtv1.VirtualMachineInstance, guest resource.Quantity,
 	return overhead
 }
 
+// minGuestMemory is KubeVirt's minimum (virt-api refuses less).
+var minGuestMemory = resource.MustParse("1M")
+
 func computeResources(vmi *virtv1.VirtualMachineInstance, opts Options) (corev1.ResourceRequirements, error) {
 	guest, err := GuestMemory(vmi)
 	if err != nil {
 		return corev1.ResourceRequirements{}, err
 	}
+	// KubeVirt's webhook refuses less than 1M; more than an int64 of bytes
+	// no node has, and the API server refuses such a pod.
+	if guest.Cmp(minGuestMemory) < 0 {
+		return corev1.ResourceRequirements{}, fmt.Errorf("guest memory %s is below the minimum of %s", guest.String(), minGuestMemory.String())
+	}
+	if _, ok := guest.AsInt64(); !ok {
+		return corev1.ResourceRequirements{}, fmt.Errorf("guest memory %.32s does not fit in 64 bits of bytes", guest.String())
+	}
 	memory := guest.DeepCopy()
 	memory.Add(MemoryOverhead(vmi, guest, opts))
+	if _, ok := memory.AsInt64(); !ok {
+		return corev1.ResourceRequirements{}, fmt.Errorf("guest memory %s with its overhead does not fit in 64 bits of bytes", guest.String())
+	}
 
 	requests := corev1.ResourceList{corev1.ResourceMemory: memory}
 	limits := corev1.ResourceList{}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	virtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -121,5 +123,28 @@ func TestRenderRefusesAVMIWithoutMemory(t *testing.T) {
 	vmi.Name = "no-memory"
 	if _, err := Render(vmi, 0, DefaultOptions()); err == nil {
 		t.Error("rendered a launcher pod for a VMI without any memory")
+	}
+}
+
+// Memory the guest cannot have is refused with a reason, not rendered.
+func TestRenderRefusesImpossibleMemory(t *testing.T) {
+	for _, q := range []string{"-1Mi", "0", "512k", "1E300000", "999999999999999999999999999999Ei", "8Ei"} {
+		vmi := &virtv1.VirtualMachineInstance{}
+		vmi.Name, vmi.UID = "a", "uid-a"
+		vmi.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(q)}
+		ApplyDefaults(vmi, DefaultOptions())
+		pod, err := Render(vmi, 1, DefaultOptions())
+		if err == nil {
+			mem := pod.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory]
+			t.Errorf("memory %s rendered a pod requesting %.40s", q, mem.String())
+		} else if len(err.Error()) > 200 {
+			t.Errorf("memory %s: error of %d characters", q, len(err.Error()))
+		}
+	}
+	vmi := &virtv1.VirtualMachineInstance{}
+	vmi.Name, vmi.UID = "a", "uid-a"
+	vmi.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1M")}
+	if _, err := Render(vmi, 1, DefaultOptions()); err != nil {
+		t.Errorf("the minimum, 1M, is refused: %v", err)
 	}
 }
