@@ -38,8 +38,23 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: tools verify ## Run every test: unit, integration (on the local cluster) and verify.
+test: tools verify ## Run every test: unit, integration (on the local cluster), verify, and each fuzz target briefly.
 	$(GO) test $(TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+# Fuzz targets as package:Function. Their seed corpora are in code (f.Add)
+# and in each package's testdata/fuzz/.
+FUZZ_TARGETS := ./shard/fuzz:FuzzRangeArithmetic ./shard/fuzz:FuzzSelector ./shard/fuzz:FuzzOwner \
+	./controllers/template:FuzzRender ./controllers/status:FuzzMergePatch
+FUZZTIME ?= 1m
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 1m); make test runs them for 3 s.
+	@for target in $(FUZZ_TARGETS); do \
+	  pkg=$${target%%:*}; fn=$${target##*:}; \
+	  echo "fuzz $$fn in $$pkg for $(FUZZTIME)"; \
+	  $(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+	done
 
 .PHONY: run
 run: tools controller ## Run 3 replicas on the local cluster with a demo workload (RUN_ARGS="--vmis 1000"); Ctrl-C stops.
