@@ -81,9 +81,9 @@ func ApplyDefaults(vmi *virtv1.VirtualMachineInstance, opts Options) {
 // ErrInvalidNetwork wraps network spec errors: the VMI cannot run as written.
 var ErrInvalidNetwork = errors.New("invalid network spec")
 
-// ValidateNetworks checks that every interface has a network of the same
-// name and every network an interface, and that at most one network is the
-// pod network.
+// ValidateNetworks checks that names are unique, every interface has a
+// network of the same name and every network an interface, and that at most
+// one network is the pod network.
 func ValidateNetworks(vmi *virtv1.VirtualMachineInstance) error {
 	networks := map[string]bool{}
 	pods := 0
@@ -108,6 +108,9 @@ func ValidateNetworks(vmi *virtv1.VirtualMachineInstance) error {
 	}
 	interfaces := map[string]bool{}
 	for _, i := range vmi.Spec.Domain.Devices.Interfaces {
+		if interfaces[i.Name] {
+			return fmt.Errorf("%w: interface %q defined twice", ErrInvalidNetwork, i.Name)
+		}
 		if !networks[i.Name] {
 			return fmt.Errorf("%w: interface %q has no network of that name", ErrInvalidNetwork, i.Name)
 		}

@@ -84,6 +84,7 @@ func TestValidateNetworks(t *testing.T) {
 			[]virtv1.Interface{iface("default"), iface("p2")}, false},
 		{"a multus network without a name is invalid", []virtv1.Network{multus("b", "")}, []virtv1.Interface{iface("b")}, false},
 		{"a network defined twice is invalid", []virtv1.Network{pod, pod}, []virtv1.Interface{iface("default")}, false},
+		{"an interface defined twice is invalid", []virtv1.Network{pod}, []virtv1.Interface{iface("default"), iface("default")}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
