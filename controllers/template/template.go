@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,6 +120,23 @@ func ValidateNetworks(vmi *virtv1.VirtualMachineInstance) error {
 	for _, n := range vmi.Spec.Networks {
 		if !interfaces[n.Name] {
 			return fmt.Errorf("%w: network %q has no interface of that name", ErrInvalidNetwork, n.Name)
+		}
+	}
+	return nil
+}
+
+// ValidateVolumes checks that volume names are unique and each volume has a
+// source: one of a type this API version does not know arrives with none,
+// as the API server prunes unknown fields.
+func ValidateVolumes(vmi *virtv1.VirtualMachineInstance) error {
+	seen := map[string]bool{}
+	for _, v := range vmi.Spec.Volumes {
+		if seen[v.Name] {
+			return fmt.Errorf("volume %q defined twice", v.Name)
+		}
+		seen[v.Name] = true
+		if reflect.ValueOf(v.VolumeSource).IsZero() {
+			return fmt.Errorf("volume %q has no source of a known type", v.Name)
 		}
 	}
 	return nil

@@ -149,3 +149,24 @@ func TestRenderRefusesImpossibleMemory(t *testing.T) {
 		t.Errorf("the minimum, 1M, is refused: %v", err)
 	}
 }
+
+func TestValidateVolumes(t *testing.T) {
+	claim := virtv1.VolumeSource{PersistentVolumeClaim: &virtv1.PersistentVolumeClaimVolumeSource{}}
+	tests := []struct {
+		name    string
+		volumes []virtv1.Volume
+		valid   bool
+	}{
+		{"volumes with sources are valid", []virtv1.Volume{{Name: "a", VolumeSource: claim}, {Name: "b", VolumeSource: virtv1.VolumeSource{EmptyDisk: &virtv1.EmptyDiskSource{}}}}, true},
+		{"no volumes are valid", nil, true},
+		{"a volume without a source is invalid", []virtv1.Volume{{Name: "a"}}, false},
+		{"a volume defined twice is invalid", []virtv1.Volume{{Name: "a", VolumeSource: claim}, {Name: "a", VolumeSource: claim}}, false},
+	}
+	for _, tt := range tests {
+		vmi := &virtv1.VirtualMachineInstance{}
+		vmi.Spec.Volumes = tt.volumes
+		if err := ValidateVolumes(vmi); (err == nil) != tt.valid {
+			t.Errorf("%s: ValidateVolumes = %v", tt.name, err)
+		}
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -33,6 +35,7 @@ const (
 	ReasonInvalidNetwork     = "InvalidNetworkSpec"
 	ReasonInvalidSpec        = "InvalidSpec"
 	ReasonPodGone            = "PodNotExists"
+	ReasonRangeLabelRestored = "RangeLabelRestored"
 	ReasonPodFailed          = "PodFailed"
 )
 
@@ -89,14 +92,50 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		return c.createPod(ctx, it, vmi)
 	case virtv1.Scheduling, virtv1.Scheduled, virtv1.Running:
 		if pod == nil {
-			if satisfied {
-				c.fail(it, vmi, ReasonPodGone, "the launcher pod no longer exists")
+			if !satisfied {
+				return nil
 			}
+			if relabelled, err := c.restoreRangeLabel(ctx, it, vmi); err != nil || relabelled {
+				return err
+			}
+			c.fail(it, vmi, ReasonPodGone, "the launcher pod no longer exists")
 			return nil // a launcher pod is never re-created after Pending
 		}
 		return c.followPod(it, vmi, pod)
 	}
 	return nil // final: nothing to do until deletion
+}
+
+// restoreRangeLabel looks for launcher pods of vmi that left the range's
+// cache because someone changed or removed their range label, and puts the
+// label back: a running VM must not fail for an edited label. It reports
+// whether it found any.
+func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance) (bool, error) {
+	pods, err := c.cfg.Kube.CoreV1().Pods(vmi.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.UID),
+	})
+	if err != nil {
+		return false, fmt.Errorf("look for launcher pods of %s: %w", it.key, err)
+	}
+	want := strconv.Itoa(it.rng)
+	found := false
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.DeletionTimestamp != nil || pod.Labels[c.cfg.Options.RangeLabel] == want || !metav1.IsControlledBy(pod, vmi) {
+			continue
+		}
+		found = true
+		if !c.cfg.Fence.Holds(it.rng) {
+			return true, nil
+		}
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, c.cfg.Options.RangeLabel, want)
+		if _, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return true, fmt.Errorf("restore the range label of %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		c.recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonRangeLabelRestored,
+			"launcher pod %s had range label %q; restored it to %s", pod.Name, pod.Labels[c.cfg.Options.RangeLabel], want)
+	}
+	return found, nil
 }
 
 // activePod is the launcher pod that runs the VMI: once the VMI has a
@@ -129,6 +168,10 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 		// Bad input: say so on the object and wait for the user to change it
 		// (the update requeues it); no retry loop.
 		c.blocked(it, cached, corev1.EventTypeWarning, ReasonInvalidNetwork, err.Error())
+		return nil
+	}
+	if err := template.ValidateVolumes(vmi); err != nil {
+		c.blocked(it, cached, corev1.EventTypeWarning, ReasonInvalidSpec, err.Error())
 		return nil
 	}
 	for _, dv := range template.DataVolumeNames(vmi) {
