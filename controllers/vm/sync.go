@@ -101,6 +101,10 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	}
 	adds, dels := c.expectations.Pending(it.rng, it.key)
 	o.creating, o.deleting = adds > 0, dels > 0
+	if syncErr != nil && !hasFailure(o.vm, syncErr.reason) {
+		// Once, as the Failure condition appears: not on every retry.
+		c.recorder.Event(o.vm, corev1.EventTypeWarning, syncErr.reason, syncErr.message)
+	}
 	if err := c.writeStatus(ctx, it, o, syncErr); err != nil {
 		return 0, err
 	}
@@ -108,6 +112,16 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		return 0, err
 	}
 	return after, nil
+}
+
+// hasFailure reports whether vm already has a Failure condition for reason.
+func hasFailure(vm *virtv1.VirtualMachine, reason string) bool {
+	for _, c := range vm.Status.Conditions {
+		if c.Type == virtv1.VirtualMachineFailure && c.Status == corev1.ConditionTrue && c.Reason == reason {
+			return true
+		}
+	}
+	return false
 }
 
 // act does what the run strategy and the first state change request ask.
@@ -235,8 +249,7 @@ func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 			return c.alreadyExists(ctx, it, vm)
 		}
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) {
-			c.recorder.Eventf(vm, corev1.EventTypeWarning, "FailedCreate", "Error creating virtual machine instance: %v", err)
-			return &syncError{"FailedCreate", err.Error()}
+			return &syncError{"FailedCreate", "Error creating virtual machine instance: " + err.Error()}
 		}
 		return fmt.Errorf("create VMI %s: %w", it.key, err)
 	}
