@@ -147,6 +147,14 @@ func (r *Replica) Kill() {
 	<-r.done
 }
 
+// Freeze stops the process (SIGSTOP) without its knowing: thawed, it goes
+// on from where it was, believing what it believed, as a replica on a
+// paused VM or a stalled node does.
+func (r *Replica) Freeze() error { return r.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen replica (SIGCONT).
+func (r *Replica) Thaw() error { return r.cmd.Process.Signal(syscall.SIGCONT) }
+
 // Exited reports whether the process is gone.
 func (r *Replica) Exited() bool {
 	select {
@@ -182,7 +190,11 @@ func (r *Replica) Get(ctx context.Context, path string) ([]byte, error) {
 }
 
 // Metrics scrapes the replica's /metrics.
+//
+// It gives up after 2 s: a frozen replica never answers.
 func (r *Replica) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	body, err := r.Get(ctx, "/metrics")
 	if err != nil {
 		return nil, err

@@ -1,0 +1,150 @@
+// Package faults injects the faults of the chaos scenario: a network
+// partition between one replica and the API server (Proxy), and, in
+// bench/replicas, frozen and killed replicas.
+package faults
+
+import (
+	"net"
+	"sync"
+)
+
+// Proxy forwards TCP connections from a loopback port to a target (the API
+// server) and can cut them: while cut, bytes stop flowing both ways and new
+// connections wait, as in a network partition; nothing is closed, so the
+// client sees timeouts, not errors. Restore lets everything flow again.
+type Proxy struct {
+	target   string
+	listener net.Listener
+
+	mu    sync.Mutex
+	cut   bool
+	flow  *sync.Cond
+	conns map[net.Conn]struct{}
+	done  bool
+}
+
+// NewProxy listens on a free loopback port and forwards to target.
+func NewProxy(target string) (*Proxy, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{target: target, listener: l, conns: map[net.Conn]struct{}{}}
+	p.flow = sync.NewCond(&p.mu)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the address clients connect to instead of the target.
+func (p *Proxy) Addr() string { return p.listener.Addr().String() }
+
+// Cut stops all traffic until Restore.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	p.cut = true
+	p.mu.Unlock()
+}
+
+// Restore lets traffic flow again.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	p.cut = false
+	p.flow.Broadcast()
+	p.mu.Unlock()
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.done, p.cut = true, false
+	for c := range p.conns {
+		c.Close()
+	}
+	p.flow.Broadcast()
+	p.mu.Unlock()
+	return p.listener.Close()
+}
+
+func (p *Proxy) accept() {
+	for {
+		client, err := p.listener.Accept()
+		if err != nil {
+			return
+		}
+		go p.serve(client)
+	}
+}
+
+// wait blocks while the proxy is cut; it reports false once it is closed.
+func (p *Proxy) wait() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.cut && !p.done {
+		p.flow.Wait()
+	}
+	return !p.done
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	c.Close()
+}
+
+func (p *Proxy) serve(client net.Conn) {
+	if !p.track(client) {
+		return
+	}
+	defer p.untrack(client)
+	if !p.wait() {
+		return
+	}
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	if !p.track(server) {
+		return
+	}
+	defer p.untrack(server)
+	var wg sync.WaitGroup
+	wg.Go(func() { p.pipe(server, client) })
+	wg.Go(func() { p.pipe(client, server) })
+	wg.Wait()
+}
+
+// pipe copies src to dst, holding each chunk while the proxy is cut.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer func() {
+		// Unblock the other direction.
+		src.Close()
+		dst.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.wait() {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

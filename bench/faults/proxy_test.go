@@ -1,0 +1,55 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func get(t *testing.T, client *http.Client, url string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
+// A cut proxy black-holes traffic on open and new connections alike; once
+// restored, both carry traffic again.
+func TestProxyCutsAndRestores(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pong")) }))
+	defer server.Close()
+	p, err := NewProxy(server.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	url := "http://" + p.Addr()
+	kept := &http.Client{} // keeps its connection open between requests
+	if body, err := get(t, kept, url); err != nil || body != "pong" {
+		t.Fatalf("through the proxy: %q, %v", body, err)
+	}
+
+	p.Cut()
+	for name, client := range map[string]*http.Client{"open connection": kept, "new connection": {Transport: &http.Transport{DisableKeepAlives: true}}} {
+		if _, err := get(t, client, url); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s while cut: %v, want a timeout", name, err)
+		}
+	}
+
+	p.Restore()
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if body, err := get(t, fresh, url); err != nil || body != "pong" {
+		t.Errorf("after restore: %q, %v", body, err)
+	}
+}
