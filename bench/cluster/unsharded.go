@@ -20,15 +20,35 @@ import (
 // UnshardedAPIServer is a second kube-apiserver of the local cluster, on the
 // same etcd, started without the ShardedListAndWatch feature gate: a real
 // server that ignores shard selectors, as every server before 1.36 does.
-type UnshardedAPIServer struct {
+type UnshardedAPIServer = ExtraAPIServer
+
+// ExtraAPIServer is a second kube-apiserver of the local cluster, on the
+// same etcd: clients of either see the same objects.
+type ExtraAPIServer struct {
 	Config *rest.Config
-	cmd    *exec.Cmd
+	// Address is its host:port.
+	Address string
+	args    []string
+	logFile string
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
 // StartUnshardedAPIServer starts it with the running cluster's own
 // kube-apiserver arguments (from kwokctl's kwok.yaml), minus the feature
 // gate, on a free loopback port, logging to logFile.
 func (o Options) StartUnshardedAPIServer(ctx context.Context, logFile string) (*UnshardedAPIServer, error) {
+	return o.startExtraAPIServer(ctx, logFile, true, nil)
+}
+
+// StartAuditedAPIServer starts a second kube-apiserver like the cluster's
+// own (feature gates included) that writes an audit log of policyFile's
+// rules to auditLog.
+func (o Options) StartAuditedAPIServer(ctx context.Context, logFile, policyFile, auditLog string) (*ExtraAPIServer, error) {
+	return o.startExtraAPIServer(ctx, logFile, false, []string{"--audit-policy-file=" + policyFile, "--audit-log-path=" + auditLog})
+}
+
+func (o Options) startExtraAPIServer(ctx context.Context, logFile string, unsharded bool, extra []string) (*ExtraAPIServer, error) {
 	args, err := o.apiserverArgs()
 	if err != nil {
 		return nil, err
@@ -40,37 +60,51 @@ func (o Options) StartUnshardedAPIServer(ctx context.Context, logFile string) (*
 	var kept []string
 	for _, a := range args {
 		switch {
-		case strings.HasPrefix(a, "--feature-gates="), strings.HasPrefix(a, "--secure-port="), strings.HasPrefix(a, "--bind-address="):
+		case unsharded && strings.HasPrefix(a, "--feature-gates="), strings.HasPrefix(a, "--secure-port="), strings.HasPrefix(a, "--bind-address="):
 		default:
 			kept = append(kept, a)
 		}
 	}
 	kept = append(kept, "--secure-port="+strconv.Itoa(port), "--bind-address=127.0.0.1")
-
-	log, err := os.Create(logFile)
+	s := &ExtraAPIServer{Address: "127.0.0.1:" + strconv.Itoa(port), args: append(kept, extra...), logFile: logFile}
+	cfg, err := o.RESTConfig()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(o.bin("kube-apiserver"), kept...)
+	cfg.Host = "https://" + s.Address
+	s.Config = cfg
+	if err := s.start(ctx, o.bin("kube-apiserver")); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Restart kills the server and starts it again with the same arguments, as
+// a crashed or upgraded API server comes back.
+func (s *ExtraAPIServer) Restart(ctx context.Context) error {
+	binary := s.cmd.Path
+	s.Stop()
+	return s.start(ctx, binary)
+}
+
+func (s *ExtraAPIServer) start(ctx context.Context, binary string) error {
+	log, err := os.OpenFile(s.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(binary, s.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return nil, fmt.Errorf("start unsharded kube-apiserver: %w", err)
+		return fmt.Errorf("start kube-apiserver: %w", err)
 	}
-	go func() { _ = cmd.Wait(); log.Close() }()
-	s := &UnshardedAPIServer{cmd: cmd}
-
-	cfg, err := o.RESTConfig()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	s.cmd, s.done = cmd, done
+	client, err := kubernetes.NewForConfig(s.Config)
 	if err != nil {
 		s.Stop()
-		return nil, err
-	}
-	cfg.Host = "https://127.0.0.1:" + strconv.Itoa(port)
-	s.Config = cfg
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		s.Stop()
-		return nil, err
+		return err
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
@@ -78,15 +112,16 @@ func (o Options) StartUnshardedAPIServer(ctx context.Context, logFile string) (*
 	})
 	if err != nil {
 		s.Stop()
-		return nil, fmt.Errorf("unsharded kube-apiserver not ready (see %s): %w", logFile, err)
+		return fmt.Errorf("kube-apiserver on %s not ready (see %s): %w", s.Address, s.logFile, err)
 	}
-	return s, nil
+	return nil
 }
 
-// Stop kills the server.
-func (s *UnshardedAPIServer) Stop() {
-	if s.cmd.Process != nil {
+// Stop kills the server and waits until it is gone.
+func (s *ExtraAPIServer) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
+		<-s.done
 	}
 }
 
