@@ -1,0 +1,97 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+// event renders one audit event line. holder is the Lease's holder for
+// Lease writes ("-" for none).
+func event(replica, verb, resource, name string, received, done float64, code int, holder string) string {
+	ev := map[string]any{
+		"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata", "auditID": fmt.Sprint(received),
+		"stage": "ResponseComplete", "verb": verb, "userAgent": UserAgentPrefix + replica,
+		"objectRef":                map[string]any{"resource": resource, "namespace": "ns", "name": name},
+		"responseStatus":           map[string]any{"code": code},
+		"requestReceivedTimestamp": at(received).Format("2006-01-02T15:04:05.000000Z07:00"),
+		"stageTimestamp":           at(done).Format("2006-01-02T15:04:05.000000Z07:00"),
+	}
+	if resource == "leases" {
+		ev["namespace"] = "ns"
+		spec := map[string]any{}
+		if holder != "-" {
+			spec["holderIdentity"] = holder
+		}
+		ev["requestObject"] = map[string]any{"spec": spec}
+	}
+	out, _ := json.Marshal(ev)
+	return string(out)
+}
+
+func checker() Checker {
+	return Checker{LeaseNamespace: "ns", LeasePrefix: "vs-range-", LeaseDuration: 10 * time.Second,
+		RangeOf: func(resource, _, name string) (int, bool) {
+			if resource != "pods" && resource != "virtualmachineinstances" {
+				return 0, false
+			}
+			var i int
+			_, err := fmt.Sscanf(name, "obj-%d", &i)
+			return i, err == nil
+		}}
+}
+
+func TestWritesInsideTheirTenurePass(t *testing.T) {
+	log := strings.Join([]string{
+		event("a", "update", "leases", "vs-range-1", 0, 0.01, 200, "a"),
+		event("a", "create", "pods", "obj-1", 1, 1.1, 201, ""),
+		event("a", "update", "leases", "vs-range-1", 8, 8.01, 200, "a"),
+		event("a", "patch", "virtualmachineinstances", "obj-1", 17, 17.1, 200, ""),
+		// Failed writes changed nothing and do not count.
+		event("b", "patch", "virtualmachineinstances", "obj-1", 17.5, 17.6, 409, ""),
+		// Someone else's object, and objects without a range.
+		event("a", "create", "events", "obj-1.17", 17, 17.1, 201, ""),
+		event("a", "update", "leases", "vs-range-1", 18, 18.01, 200, "-"),
+		event("b", "update", "leases", "vs-range-1", 18.5, 18.51, 200, "b"),
+		event("b", "patch", "virtualmachineinstances", "obj-1", 19, 19.1, 200, ""),
+	}, "\n")
+	res, err := checker().Check(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Checked != 3 || res.LeaseWrites != 4 || len(res.Violations) != 0 {
+		t.Errorf("checked %d writes and %d lease writes, violations %v; want 3, 4, none", res.Checked, res.LeaseWrites, res.Violations)
+	}
+}
+
+func TestWritesOutsideTheirTenureAreViolations(t *testing.T) {
+	log := strings.Join([]string{
+		event("a", "create", "pods", "obj-2", 0.5, 0.6, 201, ""), // before any tenure
+		event("a", "update", "leases", "vs-range-2", 1, 1.01, 200, "a"),
+		// a freezes; its lease runs out, b takes the range.
+		event("a", "patch", "virtualmachineinstances", "obj-2", 11.5, 11.6, 200, ""), // lease expired
+		event("b", "update", "leases", "vs-range-2", 12, 12.01, 200, "b"),
+		event("a", "delete", "pods", "obj-2", 25, 25.1, 200, ""), // the zombie wakes up
+		event("b", "update", "leases", "vs-range-2", 30, 30.01, 200, "-"),
+		event("b", "patch", "virtualmachineinstances", "obj-2", 31, 31.1, 200, ""), // after its release
+	}, "\n")
+	res, err := checker().Check(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"before any tenure", "last renewed", "b held the range", "released"}
+	if len(res.Violations) != len(want) {
+		t.Fatalf("violations %v, want %d", res.Violations, len(want))
+	}
+	for i, v := range res.Violations {
+		if !strings.Contains(v.Reason, want[i]) {
+			t.Errorf("violation %d: %s, want it to say %q", i, v, want[i])
+		}
+	}
+}

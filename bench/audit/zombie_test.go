@@ -1,0 +1,162 @@
+package audit_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/bench/audit"
+	"github.com/virtshard/virtshard/bench/cluster/clustertest"
+	"github.com/virtshard/virtshard/bench/faults"
+	"github.com/virtshard/virtshard/bench/replicas"
+	"github.com/virtshard/virtshard/bench/workload"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/shard"
+)
+
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
+
+// A replica frozen (SIGSTOP) for twice the lease duration while VMIs keep
+// coming wakes up believing it holds its ranges, which others took over.
+// The API server's audit log shows that no replica, the zombie least of
+// all, wrote to an object outside its tenure of the object's range.
+func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
+	ctx := context.Background()
+	opts := clustertest.Options(t)
+	ns := clustertest.Namespace(t)
+	dir := t.TempDir()
+
+	// The replicas talk to an audited second API server on the same etcd;
+	// the VMIs are created, and run by kwok, through the cluster's own.
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(audit.Policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	auditLog := filepath.Join(dir, "audit.log")
+	server, err := opts.StartAuditedAPIServer(ctx, filepath.Join(dir, "kube-apiserver.log"), policy, auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(server.Stop)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := faults.RedirectKubeconfig(opts.KubeconfigPath(), kubeconfig, server.Address); err != nil {
+		t.Fatal(err)
+	}
+	var procs []*replicas.Replica
+	for i := range 3 {
+		r, err := replicas.Start(replicas.Options{Binary: clustertest.ControllerBinary(t), Kubeconfig: kubeconfig,
+			Namespace: ns, WatchNamespace: ns, LogDir: dir}, fmt.Sprintf("replica-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Thaw(); r.Stop(15 * time.Second) })
+		procs = append(procs, r)
+	}
+
+	kv, err := kubevirt.NewForConfig(clustertest.Config(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 300
+	create := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := kv.VirtualMachineInstances(ns).Create(ctx, workload.VMI(fmt.Sprintf("vmi-%03d", i)), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	create(0, 100)
+	waitRunning(t, kv, ns, 100)
+
+	// Freeze one replica for twice the lease duration; VMIs keep coming,
+	// some of them into its ranges.
+	zombie := procs[1]
+	if err := zombie.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	create(100, 200)
+	time.Sleep(2*shard.DefaultLeaseDuration - 3*time.Second)
+	if err := zombie.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	create(200, total)
+	waitRunning(t, kv, ns, total)
+
+	// The zombie found, on waking, that its leases had expired.
+	metrics, err := zombie.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := replicas.Sum(metrics, "virtshard_shard_handoffs_total", map[string]string{"reason": "expiry"}); n == 0 {
+		t.Error("the frozen replica gave up no range for expiry: it was not a zombie")
+	}
+	for _, r := range procs {
+		r.Stop(15 * time.Second)
+	}
+
+	// Every range-bound object the replicas wrote: VMIs by their owner
+	// range, launcher pods by their range label.
+	ranges, err := shard.NewRanges(shard.DefaultRangeCount, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := map[string]int{}
+	vmis, err := kv.VirtualMachineInstances(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vmis.Items {
+		owner["virtualmachineinstances/"+v.Name] = ranges.Owner(&v)
+	}
+	pods, err := kubernetes.NewForConfigOrDie(clustertest.Config(t)).CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if i, err := strconv.Atoi(p.Labels[shard.LabelRange]); err == nil {
+			owner["pods/"+p.Name] = i
+		}
+	}
+	f, err := os.Open(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	res, err := audit.Checker{
+		LeaseNamespace: ns, LeasePrefix: "virtshard-range-", LeaseDuration: shard.DefaultLeaseDuration,
+		RangeOf: func(resource, namespace, name string) (int, bool) {
+			i, ok := owner[resource+"/"+name]
+			return i, ok && namespace == ns
+		},
+	}.Check(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checked %d replica writes against %d range lease writes", res.Checked, res.LeaseWrites)
+	if res.Checked < total || res.LeaseWrites == 0 {
+		t.Errorf("the audit log has %d replica writes and %d lease writes: too few to prove anything", res.Checked, res.LeaseWrites)
+	}
+	for _, v := range res.Violations {
+		t.Errorf("fenced-write violation: %s", v)
+	}
+}
+
+func waitRunning(t *testing.T, kv *kubevirt.Clientset, ns string, n int) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		phases, err := workload.Phases(ctx, kv, ns)
+		return err == nil && phases[virtv1.Running] >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("fewer than %d VMIs Running", n)
+	}
+}
