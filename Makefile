@@ -90,6 +90,10 @@ bench: tools controller ## Every bench scenario at full size (the runs up to 10,
 bench-smoke: tools controller ## Every bench scenario small, in about 5 minutes (also part of make test); output in bin/bench-smoke/.
 	$(GO) run ./cmd/virtshard-bench --suite smoke --controller $(BIN)/virtshard-controller --out $(BIN)/bench-smoke $(BENCH_ARGS)
 
+.PHONY: bench-chaos
+bench-chaos: tools controller ## The chaos scenario: 20,000 VMIs, 4 replicas killed, frozen, cut off, their API server restarted; fails on a fenced-write violation, a duplicate or a stuck VMI.
+	$(GO) run ./cmd/virtshard-bench --scenario chaos --controller $(BIN)/virtshard-controller $(BENCH_ARGS)
+
 .PHONY: bench-ceiling
 bench-ceiling: tools ## Measure the cluster's own limits: bare pods and kwok's VMI stage, side by side (see BENCHMARKS.md).
 	$(GO) run ./cmd/virtshard-bench --scenario pod-ceiling,vmi-stage-ceiling $(BENCH_ARGS)

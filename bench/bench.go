@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,6 +38,10 @@ const (
 	// ScenarioMigrations runs --vmis VMIs, then migrates --migrations of
 	// them at once.
 	ScenarioMigrations = "migrations"
+	// ScenarioChaos runs --vmis VMIs while replicas are killed, frozen and
+	// cut off and their API server restarts, and checks the API server's
+	// audit log for fenced-write violations.
+	ScenarioChaos = "chaos"
 )
 
 var seriesScenarios = []string{ScenarioPodCeiling, ScenarioVMIStageCeiling}
@@ -55,6 +60,7 @@ var scenarioDefaults = map[string]struct {
 	ScenarioRolling:    {4000, 4, 0},
 	ScenarioSingleton:  {2000, 2, 0},
 	ScenarioMigrations: {1000, 3, 0},
+	ScenarioChaos:      {20000, 4, 20},
 }
 
 // Suites run many scenarios and write BENCHMARKS.md's generated section.
@@ -181,8 +187,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--replicas must be positive")
 	case o.Scenarios[0] == ScenarioSingleton && o.Replicas != 2:
 		return fmt.Errorf("%s runs 1 active and 1 standby replica: --replicas must be 2", ScenarioSingleton)
-	case o.Scenarios[0] == ScenarioFailover && o.Replicas < 2:
-		return fmt.Errorf("%s needs at least 2 replicas", ScenarioFailover)
+	case (o.Scenarios[0] == ScenarioFailover || o.Scenarios[0] == ScenarioChaos) && o.Replicas < 2:
+		return fmt.Errorf("%s needs at least 2 replicas", o.Scenarios[0])
 	case o.Migrations < 0 || o.Migrations > o.VMIs:
 		return fmt.Errorf("--migrations must be between 0 and --vmis")
 	case vmiScenario && (o.VMIs <= 0 || o.Creators <= 0 || o.Rate < 0):
@@ -246,13 +252,16 @@ func (o *Options) Run(ctx context.Context, out io.Writer) error {
 		}
 		switch o.Output {
 		case "json":
-			return writeJSON(out, r)
+			err = writeJSON(out, r)
 		case "markdown":
 			writeMarkdown(out, []*Report{r})
 		default:
 			r.writeText(out)
 		}
-		return nil
+		if failures := r.failures(); len(failures) > 0 {
+			return errors.Join(err, fmt.Errorf("%s failed: %s", r.Scenario, strings.Join(failures, "; ")))
+		}
+		return err
 	}
 	return o.runSeries(ctx, e.kube, e.kv, out)
 }

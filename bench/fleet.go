@@ -24,11 +24,14 @@ type fleet struct {
 	members []*replicas.Replica
 	// profiles collects each replica's CPU profile while it runs (nil: off).
 	profiles *profiles
+	// kubeconfigs, when set, gives replica i its own kubeconfig.
+	kubeconfigs []string
 }
 
 // startFleet starts n replicas and waits until they hold every range.
-func startFleet(ctx context.Context, opts replicas.Options, n, ranges int, profiles *profiles) (*fleet, error) {
-	f := &fleet{opts: opts, ranges: ranges, members: make([]*replicas.Replica, n), profiles: profiles}
+// kubeconfigs, when not nil, gives each replica its own.
+func startFleet(ctx context.Context, opts replicas.Options, n, ranges int, profiles *profiles, kubeconfigs []string) (*fleet, error) {
+	f := &fleet{opts: opts, ranges: ranges, members: make([]*replicas.Replica, n), profiles: profiles, kubeconfigs: kubeconfigs}
 	for i := range n {
 		if err := f.start(i); err != nil {
 			f.stop()
@@ -45,7 +48,11 @@ func startFleet(ctx context.Context, opts replicas.Options, n, ranges int, profi
 func (f *fleet) name(i int) string { return "virtshard-" + strconv.Itoa(i) }
 
 func (f *fleet) start(i int) error {
-	r, err := replicas.Start(f.opts, f.name(i))
+	opts := f.opts
+	if f.kubeconfigs != nil {
+		opts.Kubeconfig = f.kubeconfigs[i]
+	}
+	r, err := replicas.Start(opts, f.name(i))
 	if err != nil {
 		return err
 	}

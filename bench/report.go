@@ -74,6 +74,14 @@ type Report struct {
 	// throughput measured first).
 	LatencyRuns []LatencyRun `json:"latencyRuns,omitempty"`
 
+	// Chaos scenario: the faults injected; the replica writes the audit log
+	// showed and those outside the writer's tenure of the object's range
+	// (with up to 20 of them described).
+	Faults                []FaultRecord `json:"faults,omitempty"`
+	AuditedWrites         int           `json:"auditedWrites,omitempty"`
+	FencedWriteViolations *int          `json:"fencedWriteViolations,omitempty"`
+	ViolationSamples      []string      `json:"violationSamples,omitempty"`
+
 	// Migration is the migrations scenario's result, after the VMI run the
 	// rest of the report describes (an object of its own: its
 	// durationSeconds are per migration).
@@ -157,6 +165,16 @@ func (r *Report) writeText(out io.Writer) {
 	if r.FaultLatencySeconds != nil {
 		fmt.Fprintf(out, "latency of VMIs created during the fault: %s\n", *r.FaultLatencySeconds)
 	}
+	for _, f := range r.Faults {
+		fmt.Fprintf(out, "  fault at %5.1f s: %-17s %-12s lasted %4.1f s, all ranges acted on again %.2f s later\n",
+			f.AtSeconds, f.Kind, f.Replica, f.DurationSeconds, f.RecoverySeconds)
+	}
+	if r.FencedWriteViolations != nil {
+		fmt.Fprintf(out, "audit: %d replica writes checked, %d fenced-write violations\n", r.AuditedWrites, *r.FencedWriteViolations)
+		for _, v := range r.ViolationSamples {
+			fmt.Fprintf(out, "  violation: %s\n", v)
+		}
+	}
 	if m := r.Migration; m != nil {
 		fmt.Fprintf(out, "migrations: %d, %d succeeded, %d failed, %.2f/s, duration %s; in flight at most %d in the cluster (limit %d) and %d out of one node (limit %d), %d samples\n",
 			m.Migrations, m.Succeeded, m.Failed, m.MigrationsPerSecond, m.DurationSeconds, m.MaxInFlightCluster, m.LimitPerCluster,
@@ -172,6 +190,25 @@ func (r *Report) writeText(out io.Writer) {
 		fmt.Fprintf(out, "  %s: %d ranges, %d cached VMIs, peak RSS %.0f MiB, CPU %.1f s\n",
 			s.Name, s.OwnedRanges, s.CachedVMIs, float64(s.PeakRSSBytes)/(1<<20), s.CPUSeconds)
 	}
+}
+
+// failures lists what makes a chaos run fail: anything lost, done twice
+// or written outside its writer's tenure.
+func (r *Report) failures() []string {
+	if r.Scenario != ScenarioChaos {
+		return nil
+	}
+	var out []string
+	if r.Stuck > 0 {
+		out = append(out, fmt.Sprintf("%d VMIs stuck", r.Stuck))
+	}
+	if r.DuplicateLauncherPods > 0 {
+		out = append(out, fmt.Sprintf("%d duplicate launcher pods", r.DuplicateLauncherPods))
+	}
+	if r.FencedWriteViolations == nil || *r.FencedWriteViolations > 0 {
+		out = append(out, "fenced-write violations (see the report)")
+	}
+	return out
 }
 
 func (p Percentiles) String() string { return fmt.Sprintf("%.2f/%.2f/%.2f s", p.P50, p.P95, p.P99) }

@@ -119,6 +119,10 @@ type vmiRun struct {
 	// retired are the writes counted by replicas that were stopped.
 	retiredMu sync.Mutex
 	retired   map[string]float64
+	// leases is the namespace of the replicas' Leases.
+	leases string
+	// chaosSetup is the chaos scenario's audited API server and proxies.
+	chaosSetup *chaosSetup
 }
 
 // runScenario runs one VMI scenario and, when out is set, writes its raw
@@ -132,6 +136,7 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 	r := &vmiRun{env: e, scenario: scenario, vmis: o.VMIs, replicas: o.Replicas, rate: o.Rate,
 		ns: "bench-" + scenario + "-" + suffix, retired: map[string]float64{}}
 	leases := "bench-leases-" + suffix
+	r.leases = leases
 	for _, name := range []string{r.ns, leases} {
 		cleanup, err := e.namespace(ctx, name)
 		if err != nil {
@@ -155,8 +160,17 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 	}
 	ropts := replicas.Options{Binary: binary, Kubeconfig: e.copts.KubeconfigPath(), Namespace: leases, WatchNamespace: r.ns,
 		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: append(args, o.ReplicaArgs...)}
+	var kubeconfigs []string
+	if scenario == ScenarioChaos {
+		r.chaosSetup, err = e.startChaos(ctx, ropts.LogDir, r.replicas)
+		if err != nil {
+			return nil, err
+		}
+		defer r.chaosSetup.stop()
+		kubeconfigs = r.chaosSetup.kubeconfigs
+	}
 	e.logf("%s: starting %d replicas (logs in %s)", scenario, r.replicas, ropts.LogDir)
-	r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles)
+	r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles, kubeconfigs)
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +188,8 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		report, err = r.rolling(ctx)
 	case ScenarioMigrations:
 		report, err = r.migrations(ctx)
+	case ScenarioChaos:
+		report, err = r.chaos(ctx)
 	default:
 		err = fmt.Errorf("no such scenario %q", scenario)
 	}

@@ -1,0 +1,267 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/virtshard/virtshard/bench/audit"
+	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/bench/faults"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// The chaos scenario's schedule.
+const (
+	// chaosKillEvery is the period of the SIGKILLs.
+	chaosKillEvery = 30 * time.Second
+	// chaosPartition is how long one replica's API access is cut.
+	chaosPartition = 20 * time.Second
+)
+
+// FaultRecord is one fault the chaos scenario injected.
+type FaultRecord struct {
+	// Kind is kill, freeze, apiserver-restart or partition.
+	Kind    string `json:"kind"`
+	Replica string `json:"replica,omitempty"`
+	// AtSeconds is when it started, from the start of the flow.
+	AtSeconds float64 `json:"atSeconds"`
+	// DurationSeconds is how long a freeze or a partition lasted.
+	DurationSeconds float64 `json:"durationSeconds,omitempty"`
+	// RecoverySeconds is from the end of the fault (the kill, the thaw, the
+	// restart, the restored connection) until the live replicas acted on
+	// every range again.
+	RecoverySeconds float64 `json:"recoverySeconds"`
+}
+
+// chaosSetup is what the chaos scenario puts between the replicas and the
+// cluster: an audited API server of their own, and a cuttable proxy in
+// front of it for each replica.
+type chaosSetup struct {
+	server      *cluster.ExtraAPIServer
+	proxies     []*faults.Proxy
+	kubeconfigs []string
+	auditLog    string
+}
+
+func (e *env) startChaos(ctx context.Context, dir string, replicas int) (*chaosSetup, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(audit.Policy), 0o644); err != nil {
+		return nil, err
+	}
+	c := &chaosSetup{auditLog: filepath.Join(dir, "audit.log")}
+	var err error
+	c.server, err = e.copts.StartAuditedAPIServer(ctx, filepath.Join(dir, "kube-apiserver.log"), policy, c.auditLog)
+	if err != nil {
+		return nil, err
+	}
+	for i := range replicas {
+		p, err := faults.NewProxy(c.server.Address)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+		c.proxies = append(c.proxies, p)
+		kubeconfig := filepath.Join(dir, "kubeconfig-"+strconv.Itoa(i))
+		if err := faults.RedirectKubeconfig(e.copts.KubeconfigPath(), kubeconfig, p.Addr()); err != nil {
+			c.stop()
+			return nil, err
+		}
+		c.kubeconfigs = append(c.kubeconfigs, kubeconfig)
+	}
+	return c, nil
+}
+
+func (c *chaosSetup) stop() {
+	for _, p := range c.proxies {
+		_ = p.Close()
+	}
+	if c.server != nil {
+		c.server.Stop()
+	}
+}
+
+// chaos runs the flow while faults hit the fleet: every chaosKillEvery a
+// random replica is killed with SIGKILL and started again once its ranges
+// are held; and, once each, in between: a replica frozen with SIGSTOP for
+// twice the lease duration (it wakes up believing it holds its ranges), the
+// replicas' API server restarted, and one replica's API access cut for
+// chaosPartition. The audit log of the replicas' API server is then checked
+// for writes outside the writer's tenure of the object's range.
+func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
+	f := r.newFlow("vmi", r.vmis, r.rate)
+	stop := make(chan struct{})
+	var records []FaultRecord
+	faultErr := make(chan error, 1)
+	start := time.Now()
+	go func() { faultErr <- r.injectFaults(ctx, start, stop, &records) }()
+	m, err := r.measure(ctx, f)
+	close(stop)
+	if ferr := <-faultErr; err == nil && ferr != nil {
+		err = fmt.Errorf("chaos: %w", ferr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep, err := r.report(ctx, m, r.vmis)
+	if err != nil {
+		return nil, err
+	}
+	rep.Faults = records
+	for _, rec := range records {
+		if rec.Kind == "kill" {
+			rep.TakeoverSeconds = max(rep.TakeoverSeconds, rec.RecoverySeconds)
+			rep.HandoffSeconds = append(rep.HandoffSeconds, rec.RecoverySeconds)
+		}
+	}
+	r.fleet.stop() // every write the replicas make is in the log
+	res, err := r.checkAudit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := len(res.Violations)
+	rep.FencedWriteViolations, rep.AuditedWrites = &n, res.Checked
+	for i, v := range res.Violations {
+		if i == 20 {
+			break
+		}
+		rep.ViolationSamples = append(rep.ViolationSamples, v.String())
+	}
+	return rep, nil
+}
+
+// injectFaults runs the schedule until stop is closed.
+func (r *vmiRun) injectFaults(ctx context.Context, start time.Time, stop <-chan struct{}, records *[]FaultRecord) error {
+	random := rand.New(rand.NewPCG(1, 2)) // the same schedule on every run
+	extras := []string{"freeze", "apiserver-restart", "partition"}
+	for slot := 1; ; slot++ {
+		select {
+		case <-stop:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(start.Add(time.Duration(slot) * chaosKillEvery))):
+		}
+		victim := random.IntN(r.replicas)
+		rec, err := r.killReplica(ctx, victim)
+		if err != nil {
+			return err
+		}
+		rec.AtSeconds = time.Since(start).Seconds() - rec.RecoverySeconds
+		*records = append(*records, rec)
+		// Every other slot, the next of the other faults, on another replica.
+		if slot%2 == 0 && len(extras) > 0 {
+			kind := extras[0]
+			extras = extras[1:]
+			other := (victim + 1 + random.IntN(r.replicas-1)) % r.replicas
+			at := time.Since(start).Seconds()
+			rec, err := r.otherFault(ctx, kind, other)
+			if err != nil {
+				return err
+			}
+			rec.AtSeconds = at
+			*records = append(*records, rec)
+		}
+	}
+}
+
+func (r *vmiRun) killReplica(ctx context.Context, i int) (FaultRecord, error) {
+	victim := r.fleet.member(i)
+	r.retire(ctx, victim)
+	r.logf("chaos: kill -9 %s", victim.ID)
+	victim.Kill()
+	took, err := r.fleet.waitOwned(ctx, time.Minute)
+	if err != nil {
+		return FaultRecord{}, err
+	}
+	if err := r.fleet.start(i); err != nil {
+		return FaultRecord{}, err
+	}
+	if err := r.fleet.waitHolding(ctx, r.fleet.name(i), time.Minute); err != nil {
+		return FaultRecord{}, err
+	}
+	return FaultRecord{Kind: "kill", Replica: victim.ID, RecoverySeconds: took.Seconds()}, nil
+}
+
+func (r *vmiRun) otherFault(ctx context.Context, kind string, i int) (FaultRecord, error) {
+	rec := FaultRecord{Kind: kind}
+	began := time.Now()
+	switch kind {
+	case "freeze":
+		victim := r.fleet.member(i)
+		rec.Replica = victim.ID
+		r.logf("chaos: freeze %s for %s", victim.ID, 2*shard.DefaultLeaseDuration)
+		if err := victim.Freeze(); err != nil {
+			return rec, err
+		}
+		time.Sleep(2 * shard.DefaultLeaseDuration)
+		if err := victim.Thaw(); err != nil {
+			return rec, err
+		}
+	case "apiserver-restart":
+		r.logf("chaos: restart the replicas' kube-apiserver")
+		if err := r.chaosSetup.server.Restart(ctx); err != nil {
+			return rec, err
+		}
+	case "partition":
+		rec.Replica = r.fleet.name(i)
+		r.logf("chaos: cut %s off the API server for %s", rec.Replica, chaosPartition)
+		r.chaosSetup.proxies[i].Cut()
+		time.Sleep(chaosPartition)
+		r.chaosSetup.proxies[i].Restore()
+	}
+	rec.DurationSeconds = time.Since(began).Seconds()
+	took, err := r.fleet.waitOwned(ctx, 2*time.Minute)
+	if err != nil {
+		return rec, err
+	}
+	rec.RecoverySeconds = took.Seconds()
+	return rec, nil
+}
+
+// checkAudit replays the audit log against the range Lease timeline in it.
+// A VMI's range is its owner range; a launcher pod's, its range label.
+func (r *vmiRun) checkAudit(ctx context.Context) (audit.Result, error) {
+	ranges, err := shard.NewRanges(r.o.Ranges, shard.KeyUID)
+	if err != nil {
+		return audit.Result{}, err
+	}
+	owner := map[string]int{}
+	vmis, err := r.kv.VirtualMachineInstances(r.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return audit.Result{}, err
+	}
+	for i := range vmis.Items {
+		owner["virtualmachineinstances/"+vmis.Items[i].Name] = ranges.Owner(&vmis.Items[i])
+	}
+	pods, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return audit.Result{}, err
+	}
+	for _, p := range pods.Items {
+		if i, err := strconv.Atoi(p.Labels[shard.LabelRange]); err == nil {
+			owner["pods/"+p.Name] = i
+		}
+	}
+	f, err := os.Open(r.chaosSetup.auditLog)
+	if err != nil {
+		return audit.Result{}, err
+	}
+	defer f.Close()
+	return audit.Checker{
+		LeaseNamespace: r.leases, LeasePrefix: "virtshard-range-", LeaseDuration: shard.DefaultLeaseDuration,
+		RangeOf: func(resource, namespace, name string) (int, bool) {
+			i, ok := owner[resource+"/"+name]
+			return i, ok && namespace == r.ns
+		},
+	}.Check(f)
+}
