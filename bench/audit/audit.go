@@ -53,26 +53,36 @@ type Checker struct {
 	RangeOf func(resource, namespace, name string) (int, bool)
 }
 
-// Write is one successful mutating request of a replica.
+// Write is one mutating request of a replica.
 type Write struct {
 	Replica, Verb, Resource, Namespace, Name string
 	At                                       time.Time
+	// Code is the response status: a write outside the tenure that the
+	// server refused (a resourceVersion conflict, a name taken) changed
+	// nothing, but the fence should have kept it from being sent at all.
+	Code int32
 }
 
-// Violation is a write outside the replica's tenure of the object's range.
+// Violation is a write outside the replica's tenure of the object's range;
+// Applied says whether it took effect.
 type Violation struct {
 	Write
 	Range  int
 	Reason string
 }
 
+// Applied reports whether the write took effect.
+func (v Violation) Applied() bool { return v.Code/100 == 2 }
+
 func (v Violation) String() string {
-	return fmt.Sprintf("%s %s %s %s/%s in range %d at %s: %s", v.Replica, v.Verb, v.Resource, v.Namespace, v.Name, v.Range, v.At.Format(time.RFC3339Nano), v.Reason)
+	return fmt.Sprintf("%s %s %s %s/%s in range %d at %s (HTTP %d): %s", v.Replica, v.Verb, v.Resource, v.Namespace, v.Name, v.Range,
+		v.At.Format(time.RFC3339Nano), v.Code, v.Reason)
 }
 
 // Result of a check.
 type Result struct {
-	// Checked counts the replicas' writes to objects with a range.
+	// Checked counts the replicas' writes to objects with a range, sent
+	// and answered, whatever the answer.
 	Checked int
 	// LeaseWrites counts range Lease writes (acquisitions, renewals,
 	// releases).
@@ -99,12 +109,14 @@ func (c Checker) Check(log io.Reader) (Result, error) {
 			return Result{}, fmt.Errorf("audit event: %w", err)
 		}
 		replica, ok := strings.CutPrefix(ev.UserAgent, UserAgentPrefix)
-		if !ok || ev.Stage != auditv1.StageResponseComplete || ev.ObjectRef == nil ||
-			ev.ResponseStatus == nil || ev.ResponseStatus.Code/100 != 2 {
+		if !ok || ev.Stage != auditv1.StageResponseComplete || ev.ObjectRef == nil || ev.ResponseStatus == nil {
 			continue
 		}
 		ref := ev.ObjectRef
 		if i, ok := c.leaseRange(ref); ok {
+			if ev.ResponseStatus.Code/100 != 2 {
+				continue // a failed claim or renewal changes no tenure
+			}
 			holder, err := leaseHolder(&ev)
 			if err != nil {
 				return Result{}, err
@@ -117,7 +129,7 @@ func (c Checker) Check(log io.Reader) (Result, error) {
 			continue
 		}
 		writes = append(writes, Write{Replica: replica, Verb: ev.Verb, Resource: ref.Resource, Namespace: ref.Namespace, Name: ref.Name,
-			At: ev.RequestReceivedTimestamp.Time})
+			At: ev.RequestReceivedTimestamp.Time, Code: ev.ResponseStatus.Code})
 		ranges = append(ranges, i)
 	}
 	if err := scanner.Err(); err != nil {

@@ -53,8 +53,8 @@ func TestWritesInsideTheirTenurePass(t *testing.T) {
 		event("a", "create", "pods", "obj-1", 1, 1.1, 201, ""),
 		event("a", "update", "leases", "vs-range-1", 8, 8.01, 200, "a"),
 		event("a", "patch", "virtualmachineinstances", "obj-1", 17, 17.1, 200, ""),
-		// Failed writes changed nothing and do not count.
-		event("b", "patch", "virtualmachineinstances", "obj-1", 17.5, 17.6, 409, ""),
+		// A failed renewal changes no tenure.
+		event("b", "update", "leases", "vs-range-1", 17.2, 17.3, 409, "b"),
 		// Someone else's object, and objects without a range.
 		event("a", "create", "events", "obj-1.17", 17, 17.1, 201, ""),
 		event("a", "update", "leases", "vs-range-1", 18, 18.01, 200, "-"),
@@ -78,6 +78,7 @@ func TestWritesOutsideTheirTenureAreViolations(t *testing.T) {
 		event("a", "patch", "virtualmachineinstances", "obj-2", 11.5, 11.6, 200, ""), // lease expired
 		event("b", "update", "leases", "vs-range-2", 12, 12.01, 200, "b"),
 		event("a", "delete", "pods", "obj-2", 25, 25.1, 200, ""), // the zombie wakes up
+		event("a", "patch", "pods", "obj-2", 26, 26.1, 409, ""),  // refused, but sent all the same
 		event("b", "update", "leases", "vs-range-2", 30, 30.01, 200, "-"),
 		event("b", "patch", "virtualmachineinstances", "obj-2", 31, 31.1, 200, ""), // after its release
 	}, "\n")
@@ -85,13 +86,16 @@ func TestWritesOutsideTheirTenureAreViolations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"before any tenure", "last renewed", "b held the range", "released"}
+	want := []string{"before any tenure", "last renewed", "b held the range", "b held the range", "released"}
 	if len(res.Violations) != len(want) {
 		t.Fatalf("violations %v, want %d", res.Violations, len(want))
 	}
 	for i, v := range res.Violations {
 		if !strings.Contains(v.Reason, want[i]) {
 			t.Errorf("violation %d: %s, want it to say %q", i, v, want[i])
+		}
+		if v.Applied() != (v.Code != 409) {
+			t.Errorf("violation %d: applied %v with HTTP %d", i, v.Applied(), v.Code)
 		}
 	}
 }

@@ -74,11 +74,10 @@ func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
 			}
 		}
 	}
+	// Freeze one replica in the middle of its work (syncs queued, status
+	// patches waiting in its batcher, watch events in flight) for twice
+	// the lease duration; VMIs keep coming, some of them into its ranges.
 	create(0, 100)
-	waitRunning(t, kv, ns, 100)
-
-	// Freeze one replica for twice the lease duration; VMIs keep coming,
-	// some of them into its ranges.
 	zombie := procs[1]
 	if err := zombie.Freeze(); err != nil {
 		t.Fatal(err)
