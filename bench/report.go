@@ -81,6 +81,9 @@ type Report struct {
 	AuditedWrites         int           `json:"auditedWrites,omitempty"`
 	FencedWriteViolations *int          `json:"fencedWriteViolations,omitempty"`
 	ViolationSamples      []string      `json:"violationSamples,omitempty"`
+	// DelayedRefusedWrites are writes the partition held back and the
+	// server refused on delivery: sent inside the tenure, not violations.
+	DelayedRefusedWrites int `json:"delayedRefusedWrites,omitempty"`
 
 	// Migration is the migrations scenario's result, after the VMI run the
 	// rest of the report describes (an object of its own: its
@@ -170,7 +173,8 @@ func (r *Report) writeText(out io.Writer) {
 			f.AtSeconds, f.Kind, f.Replica, f.DurationSeconds, f.RecoverySeconds)
 	}
 	if r.FencedWriteViolations != nil {
-		fmt.Fprintf(out, "audit: %d replica writes checked, %d fenced-write violations\n", r.AuditedWrites, *r.FencedWriteViolations)
+		fmt.Fprintf(out, "audit: %d replica writes checked, %d fenced-write violations; %d writes held back by the partition and refused on delivery\n",
+			r.AuditedWrites, *r.FencedWriteViolations, r.DelayedRefusedWrites)
 		for _, v := range r.ViolationSamples {
 			fmt.Fprintf(out, "  violation: %s\n", v)
 		}
