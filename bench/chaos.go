@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -138,6 +139,8 @@ func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep.Faults = records
+	fault, quiet := splitByFaults(m.flowResult, start, records)
+	rep.FaultLatencySeconds, rep.QuietLatencySeconds = &fault, &quiet
 	for _, rec := range records {
 		if rec.Kind == "kill" {
 			rep.TakeoverSeconds = max(rep.TakeoverSeconds, rec.RecoverySeconds)
@@ -166,6 +169,33 @@ func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 		rep.ViolationSamples = append(rep.ViolationSamples, v.String())
 	}
 	return rep, nil
+}
+
+// splitByFaults returns the observed latency of the VMIs created during a
+// fault (from its start until 5 s after the ranges were all acted on
+// again) and of the others.
+func splitByFaults(res *flowResult, start time.Time, records []FaultRecord) (fault, quiet Percentiles) {
+	var during, outside []time.Duration
+	for name, sent := range res.SentAt {
+		running, ok := res.RunningAt[name]
+		if !ok {
+			continue
+		}
+		in := false
+		for _, rec := range records {
+			from := start.Add(time.Duration(rec.AtSeconds * float64(time.Second)))
+			to := from.Add(time.Duration((rec.DurationSeconds+rec.RecoverySeconds)*float64(time.Second)) + 5*time.Second)
+			in = in || (!sent.Before(from) && sent.Before(to))
+		}
+		if in {
+			during = append(during, running.Sub(sent))
+		} else {
+			outside = append(outside, running.Sub(sent))
+		}
+	}
+	slices.Sort(during)
+	slices.Sort(outside)
+	return percentiles(during), percentiles(outside)
 }
 
 // injectFaults runs the schedule until stop is closed.

@@ -67,8 +67,10 @@ type Report struct {
 	TakeoverSeconds float64   `json:"takeoverSeconds,omitempty"`
 	HandoffSeconds  []float64 `json:"handoffSeconds,omitempty"`
 	// FaultLatencySeconds is LatencySeconds of the VMIs created from a fault
-	// until its ranges were held again plus 5 s.
+	// until its ranges were held again plus 5 s (chaos: any fault), and
+	// QuietLatencySeconds (chaos) that of the others.
 	FaultLatencySeconds *Percentiles `json:"faultLatencySeconds,omitempty"`
+	QuietLatencySeconds *Percentiles `json:"quietLatencySeconds,omitempty"`
 
 	// Latency scenario: the open-loop runs (at --rate and at half the
 	// throughput measured first).
@@ -167,6 +169,9 @@ func (r *Report) writeText(out io.Writer) {
 	}
 	if r.FaultLatencySeconds != nil {
 		fmt.Fprintf(out, "latency of VMIs created during the fault: %s\n", *r.FaultLatencySeconds)
+	}
+	if r.QuietLatencySeconds != nil {
+		fmt.Fprintf(out, "latency of VMIs created outside every fault: %s\n", *r.QuietLatencySeconds)
 	}
 	for _, f := range r.Faults {
 		fmt.Fprintf(out, "  fault at %5.1f s: %-17s %-12s lasted %4.1f s, all ranges acted on again %.2f s later\n",
