@@ -349,9 +349,14 @@ func (h *holding) requestRelease(reason Reason) {
 // reconcile releases the ranges the assignment moved away and tries to take
 // the ranges it gave this member. It returns when the first lease it waits
 // for will expire (zero if none).
+//
+// The claims go out together: after a member dies, its ranges expire within
+// one renewal period of each other, and one round trip after another to a
+// loaded API server would add up to seconds of takeover.
 func (m *Manager) reconcile(ctx context.Context) (nextExpiry time.Time) {
 	a := m.assignment.Load()
 	now := m.cfg.Clock.Now()
+	var claim []int
 	for i := range m.cfg.Ranges.Count() {
 		want := a != nil && i < len(a.Owners) && a.Owners[i] == m.cfg.Identity
 		if !want {
@@ -367,11 +372,22 @@ func (m *Manager) reconcile(ctx context.Context) (nextExpiry time.Time) {
 		case h != nil && !want:
 			h.requestRelease(ReasonRebalance)
 		case h == nil && want && !m.leaving.Load() && !backingOff:
-			if at := m.tryAcquire(ctx, i); !at.IsZero() && (nextExpiry.IsZero() || at.Before(nextExpiry)) {
-				nextExpiry = at
-			}
+			claim = append(claim, i)
 		}
 	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, i := range claim {
+		wg.Go(func() {
+			at := m.tryAcquire(ctx, i)
+			mu.Lock()
+			defer mu.Unlock()
+			if !at.IsZero() && (nextExpiry.IsZero() || at.Before(nextExpiry)) {
+				nextExpiry = at
+			}
+		})
+	}
+	wg.Wait()
 	return nextExpiry
 }
 
