@@ -5,8 +5,11 @@
 package badinput_test
 
 import (
+	"bytes"
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -22,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster/clustertest"
@@ -60,6 +65,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := &env{t: t, ns: clustertest.Namespace(t), kube: kubernetes.NewForConfigOrDie(cfg), kv: kv}
+	logs := captureV0Logs(t)
 	e.replicas = controllertest.StartN(t, e.ns, 3, nil)
 
 	// Good VMIs created alongside the bad ones must all run.
@@ -108,6 +114,84 @@ func TestBadInput(t *testing.T) {
 	}
 	t.Logf("%v adds and %v retries while the cases ran; in 20 s of quiet after: %v adds, %v retries (3 replicas)",
 		before["adds"], before["retries"], after["adds"]-before["adds"], after["retries"]-before["retries"])
+
+	checkV0Logs(t, logs, cfg)
+}
+
+// secret is carried by every object the cases create (an annotation, and a
+// cloud-init password in one case): object contents that must never reach
+// the replicas' V(0) logs, which carry names only.
+var secret = fmt.Sprintf("s3cr3t-%d", time.Now().UnixNano())
+
+func withSecret(meta *metav1.ObjectMeta) {
+	if meta.Annotations == nil {
+		meta.Annotations = map[string]string{}
+	}
+	meta.Annotations["example.com/token"] = secret
+}
+
+// captureV0Logs tees what the in-process replicas log at verbosity 0.
+func captureV0Logs(t *testing.T) *syncBuffer {
+	var flags flag.FlagSet
+	klog.InitFlags(&flags)
+	if err := flags.Set("v", "0"); err != nil {
+		t.Fatal(err)
+	}
+	buf := &syncBuffer{}
+	klog.LogToStderr(false)
+	klog.SetOutput(io.MultiWriter(os.Stderr, buf))
+	t.Cleanup(func() {
+		klog.Flush()
+		klog.LogToStderr(true)
+	})
+	return buf
+}
+
+// checkV0Logs fails on object contents or the replicas' credentials in the
+// V(0) logs, after checking that the capture saw the replicas log at all.
+func checkV0Logs(t *testing.T, captured *syncBuffer, cfg *rest.Config) {
+	klog.Flush()
+	logs := captured.String()
+	if !strings.Contains(logs, "VMI controller running") {
+		t.Fatalf("captured no replica logs at V(0) (%d bytes): the log check would prove nothing", len(logs))
+	}
+	forbidden := map[string]string{"an object's annotation or cloud-init password": secret}
+	if cfg.BearerToken != "" {
+		forbidden["the bearer token"] = cfg.BearerToken
+	}
+	key := cfg.KeyData
+	if len(key) == 0 && cfg.KeyFile != "" {
+		var err error
+		if key, err = os.ReadFile(cfg.KeyFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lines := strings.Split(string(key), "\n"); len(lines) > 2 {
+		forbidden["the client key"] = lines[1] // a line of the key's base64 body
+	}
+	for what, value := range forbidden {
+		if strings.Contains(logs, value) {
+			t.Errorf("the replicas' V(0) logs carry %s", what)
+		}
+	}
+	t.Logf("V(0) logs: %d lines, %d bytes, checked for %d forbidden values", strings.Count(logs, "\n"), len(logs), len(forbidden))
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func cases() []badCase {
@@ -207,6 +291,15 @@ func cases() []badCase {
 		}},
 		{"launcher-pod-range-label-changed", func(e *env) func(context.Context) string {
 			return e.editLauncherPod("pod-label-changed", `{"metadata":{"labels":{"virtshard.io/range":"63000"}}}`)
+		}},
+		{"credentials-in-cloud-init", func(e *env) func(context.Context) string {
+			// Harmless to the controllers; the secret must stay out of their logs.
+			v := workload.VMI("cloud-init-secret")
+			v.Spec.Volumes = []virtv1.Volume{{Name: "cloudinit", VolumeSource: virtv1.VolumeSource{
+				CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{UserData: "#cloud-config\npassword: " + secret + "\n"},
+			}}}
+			e.createVMI(v)
+			return e.running(v.Name)
 		}},
 		{"vmi-range-label-garbage", func(e *env) func(context.Context) string {
 			v := workload.VMI("range-label-garbage")
@@ -313,6 +406,7 @@ func cases() []badCase {
 
 func (e *env) createVMI(v *virtv1.VirtualMachineInstance) {
 	e.t.Helper()
+	withSecret(&v.ObjectMeta)
 	if _, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), v, metav1.CreateOptions{}); err != nil {
 		e.t.Fatalf("create VMI %.40s: %v", v.Name, err)
 	}
@@ -323,6 +417,7 @@ func (e *env) createVMI(v *virtv1.VirtualMachineInstance) {
 func (e *env) blockedVMI(name string, mutate func(*virtv1.VirtualMachineInstance), reason string) func(context.Context) string {
 	v := workload.VMI(name)
 	mutate(v)
+	withSecret(&v.ObjectMeta)
 	_, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), v, metav1.CreateOptions{})
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 		e.t.Logf("refused by the API server: %v", err)
@@ -449,10 +544,11 @@ func (e *env) editLauncherPod(name, patch string) func(context.Context) string {
 
 func (e *env) tryCreateVM(name string, strategy virtv1.VirtualMachineRunStrategy) (*virtv1.VirtualMachine, error) {
 	template := workload.VMI(name)
+	withSecret(&template.ObjectMeta)
 	vm := &virtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: virtv1.VirtualMachineSpec{RunStrategy: &strategy,
-			Template: &virtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: template.Labels}, Spec: template.Spec}},
+			Template: &virtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: template.ObjectMeta, Spec: template.Spec}},
 	}
 	return e.kv.VirtualMachines(e.ns).Create(context.Background(), vm, metav1.CreateOptions{})
 }
