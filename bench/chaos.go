@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/virtshard/virtshard/bench/audit"
-	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/faults"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -42,14 +43,15 @@ type FaultRecord struct {
 }
 
 // chaosSetup is what the chaos scenario puts between the replicas and the
-// cluster: an audited API server of their own, and a cuttable proxy in
-// front of it for each replica.
+// cluster's API server: a cuttable proxy for each replica, and credentials
+// of the one identity that server audits.
 type chaosSetup struct {
-	server      *cluster.ExtraAPIServer
 	proxies     []*faults.Proxy
 	kubeconfigs []string
-	auditLog    string
-	partitions  []partition
+	// auditFrom is the audit log's size when the run began: the run's
+	// events follow it.
+	auditFrom  int64
+	partitions []partition
 }
 
 // partition is a replica's cut connection, and when it was restored.
@@ -72,29 +74,36 @@ func (c *chaosSetup) delayedByPartition(v audit.Violation) bool {
 	return false
 }
 
-func (e *env) startChaos(ctx context.Context, dir string, replicas int) (*chaosSetup, error) {
+func (e *env) startChaos(dir string, replicas int) (*chaosSetup, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(audit.Policy), 0o644); err != nil {
-		return nil, err
+	log, err := os.Stat(e.copts.AuditLogPath())
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's audit log (recreate the cluster: make cluster-down cluster-up): %w", err)
 	}
-	c := &chaosSetup{auditLog: filepath.Join(dir, "audit.log")}
-	var err error
-	c.server, err = e.copts.StartAuditedAPIServer(ctx, filepath.Join(dir, "kube-apiserver.log"), policy, c.auditLog)
+	c := &chaosSetup{auditFrom: log.Size()}
+	cfg, err := e.copts.RESTConfig()
 	if err != nil {
 		return nil, err
 	}
+	server, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	audited := filepath.Join(dir, "kubeconfig-audited")
+	if err := e.copts.WriteAuditedKubeconfig(audited); err != nil {
+		return nil, err
+	}
 	for i := range replicas {
-		p, err := faults.NewProxy(c.server.Address)
+		p, err := faults.NewProxy(server.Host)
 		if err != nil {
 			c.stop()
 			return nil, err
 		}
 		c.proxies = append(c.proxies, p)
 		kubeconfig := filepath.Join(dir, "kubeconfig-"+strconv.Itoa(i))
-		if err := faults.RedirectKubeconfig(e.copts.KubeconfigPath(), kubeconfig, p.Addr()); err != nil {
+		if err := faults.RedirectKubeconfig(audited, kubeconfig, p.Addr()); err != nil {
 			c.stop()
 			return nil, err
 		}
@@ -107,18 +116,15 @@ func (c *chaosSetup) stop() {
 	for _, p := range c.proxies {
 		_ = p.Close()
 	}
-	if c.server != nil {
-		c.server.Stop()
-	}
 }
 
 // chaos runs the flow while faults hit the fleet: every chaosKillEvery a
 // random replica is killed with SIGKILL and started again once its ranges
 // are held; and, once each, in between: a replica frozen with SIGSTOP for
 // twice the lease duration (it wakes up believing it holds its ranges), the
-// replicas' API server restarted, and one replica's API access cut for
-// chaosPartition. The audit log of the replicas' API server is then checked
-// for writes outside the writer's tenure of the object's range.
+// cluster's API server restarted, and one replica's API access cut for
+// chaosPartition. The API server's audit log of the replicas' writes is then
+// checked for writes outside the writer's tenure of the object's range.
 func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 	f := r.newFlow("vmi", r.vmis, r.rate)
 	stop := make(chan struct{})
@@ -151,6 +157,10 @@ func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 	res, err := r.checkAudit(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if res.LeaseWrites == 0 || res.Checked == 0 {
+		return nil, fmt.Errorf("the audit log holds %d range Lease writes and %d other writes of the replicas: it did not record them",
+			res.LeaseWrites, res.Checked)
 	}
 	var violations []audit.Violation
 	for _, v := range res.Violations {
@@ -272,8 +282,8 @@ func (r *vmiRun) otherFault(ctx context.Context, kind string, i int) (FaultRecor
 			return rec, err
 		}
 	case "apiserver-restart":
-		r.logf("chaos: restart the replicas' kube-apiserver")
-		if err := r.chaosSetup.server.Restart(ctx); err != nil {
+		r.logf("chaos: restart the cluster's kube-apiserver")
+		if err := r.copts.RestartAPIServer(ctx); err != nil {
 			return rec, err
 		}
 	case "partition":
@@ -317,11 +327,14 @@ func (r *vmiRun) checkAudit(ctx context.Context) (audit.Result, error) {
 			owner["pods/"+p.Name] = i
 		}
 	}
-	f, err := os.Open(r.chaosSetup.auditLog)
+	f, err := os.Open(r.copts.AuditLogPath())
 	if err != nil {
 		return audit.Result{}, err
 	}
 	defer f.Close()
+	if _, err := f.Seek(r.chaosSetup.auditFrom, io.SeekStart); err != nil {
+		return audit.Result{}, err
+	}
 	return audit.Checker{
 		LeaseNamespace: r.leases, LeasePrefix: "virtshard-range-", LeaseDuration: shard.DefaultLeaseDuration,
 		RangeOf: func(resource, namespace, name string) (int, bool) {

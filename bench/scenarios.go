@@ -121,7 +121,7 @@ type vmiRun struct {
 	retired   map[string]float64
 	// leases is the namespace of the replicas' Leases.
 	leases string
-	// chaosSetup is the chaos scenario's audited API server and proxies.
+	// chaosSetup is the chaos scenario's proxies and audited credentials.
 	chaosSetup *chaosSetup
 }
 
@@ -162,7 +162,7 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: append(args, o.ReplicaArgs...)}
 	var kubeconfigs []string
 	if scenario == ScenarioChaos {
-		r.chaosSetup, err = e.startChaos(ctx, ropts.LogDir, r.replicas)
+		r.chaosSetup, err = e.startChaos(ropts.LogDir, r.replicas)
 		if err != nil {
 			return nil, err
 		}

@@ -24,23 +24,6 @@ import (
 // replica's identity follows it.
 const UserAgentPrefix = "virtshard-controller/"
 
-// Policy is an audit policy that records what Check needs: the replicas'
-// Lease writes with their request bodies (the holder), and every other
-// mutating request with its metadata.
-const Policy = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived, ResponseStarted, Panic]
-rules:
-- level: Request
-  verbs: [create, update, patch, delete]
-  resources:
-  - group: coordination.k8s.io
-    resources: [leases]
-- level: Metadata
-  verbs: [create, update, patch, delete, deletecollection]
-- level: None
-`
-
 // Checker says which Leases are range Leases and which range a written
 // object belongs to.
 type Checker struct {

@@ -108,7 +108,12 @@ func upLocked(ctx context.Context, opts Options) (started bool, err error) {
 	if err := opts.checkBinaries(); err != nil {
 		return false, err
 	}
-	if !opts.healthy(ctx) {
+	healthy := opts.healthy(ctx)
+	if healthy && !opts.audited() {
+		logger.Info("Recreating the local cluster: it was created without the audit policy", "name", opts.Name)
+		healthy = false
+	}
+	if !healthy {
 		if _, statErr := os.Stat(filepath.Join(opts.Workdir(), "clusters", opts.Name)); statErr == nil {
 			// State of a cluster whose processes are gone (a new session, a
 			// crash): start over rather than resurrect half of it.
@@ -225,7 +230,11 @@ func (o Options) create(ctx context.Context) error {
 		"--kubeconfig", "",
 		"--wait", "1m",
 	}
-	if err := o.kwokctl(ctx, args...); err != nil {
+	audit, err := o.auditArgs()
+	if err != nil {
+		return err
+	}
+	if err := o.kwokctl(ctx, append(args, audit...)...); err != nil {
 		return err
 	}
 	// kwokctl exits 0 even when --wait timed out: check for ourselves.

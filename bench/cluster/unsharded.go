@@ -20,11 +20,7 @@ import (
 // UnshardedAPIServer is a second kube-apiserver of the local cluster, on the
 // same etcd, started without the ShardedListAndWatch feature gate: a real
 // server that ignores shard selectors, as every server before 1.36 does.
-type UnshardedAPIServer = ExtraAPIServer
-
-// ExtraAPIServer is a second kube-apiserver of the local cluster, on the
-// same etcd: clients of either see the same objects.
-type ExtraAPIServer struct {
+type UnshardedAPIServer struct {
 	Config *rest.Config
 	// Address is its host:port.
 	Address string
@@ -36,19 +32,8 @@ type ExtraAPIServer struct {
 
 // StartUnshardedAPIServer starts it with the running cluster's own
 // kube-apiserver arguments (from kwokctl's kwok.yaml), minus the feature
-// gate, on a free loopback port, logging to logFile.
+// gate and the audit log, on a free loopback port, logging to logFile.
 func (o Options) StartUnshardedAPIServer(ctx context.Context, logFile string) (*UnshardedAPIServer, error) {
-	return o.startExtraAPIServer(ctx, logFile, true, nil)
-}
-
-// StartAuditedAPIServer starts a second kube-apiserver like the cluster's
-// own (feature gates included) that writes an audit log of policyFile's
-// rules to auditLog.
-func (o Options) StartAuditedAPIServer(ctx context.Context, logFile, policyFile, auditLog string) (*ExtraAPIServer, error) {
-	return o.startExtraAPIServer(ctx, logFile, false, []string{"--audit-policy-file=" + policyFile, "--audit-log-path=" + auditLog})
-}
-
-func (o Options) startExtraAPIServer(ctx context.Context, logFile string, unsharded bool, extra []string) (*ExtraAPIServer, error) {
 	args, err := o.apiserverArgs()
 	if err != nil {
 		return nil, err
@@ -59,14 +44,17 @@ func (o Options) startExtraAPIServer(ctx context.Context, logFile string, unshar
 	}
 	var kept []string
 	for _, a := range args {
-		switch {
-		case unsharded && strings.HasPrefix(a, "--feature-gates="), strings.HasPrefix(a, "--secure-port="), strings.HasPrefix(a, "--bind-address="):
-		default:
+		for _, drop := range []string{"--feature-gates=", "--audit-", "--secure-port=", "--bind-address="} {
+			if strings.HasPrefix(a, drop) {
+				a = ""
+			}
+		}
+		if a != "" {
 			kept = append(kept, a)
 		}
 	}
 	kept = append(kept, "--secure-port="+strconv.Itoa(port), "--bind-address=127.0.0.1")
-	s := &ExtraAPIServer{Address: "127.0.0.1:" + strconv.Itoa(port), args: append(kept, extra...), logFile: logFile}
+	s := &UnshardedAPIServer{Address: "127.0.0.1:" + strconv.Itoa(port), args: kept, logFile: logFile}
 	cfg, err := o.RESTConfig()
 	if err != nil {
 		return nil, err
@@ -79,15 +67,7 @@ func (o Options) startExtraAPIServer(ctx context.Context, logFile string, unshar
 	return s, nil
 }
 
-// Restart kills the server and starts it again with the same arguments, as
-// a crashed or upgraded API server comes back.
-func (s *ExtraAPIServer) Restart(ctx context.Context) error {
-	binary := s.cmd.Path
-	s.Stop()
-	return s.start(ctx, binary)
-}
-
-func (s *ExtraAPIServer) start(ctx context.Context, binary string) error {
+func (s *UnshardedAPIServer) start(ctx context.Context, binary string) error {
 	log, err := os.OpenFile(s.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -118,7 +98,7 @@ func (s *ExtraAPIServer) start(ctx context.Context, binary string) error {
 }
 
 // Stop kills the server and waits until it is gone.
-func (s *ExtraAPIServer) Stop() {
+func (s *UnshardedAPIServer) Stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
 		<-s.done
