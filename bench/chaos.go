@@ -145,6 +145,11 @@ func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep.Faults = records
+	// The API server restart replaced its process and reset its request
+	// counters: its CPU time and the writes it served over the run are not
+	// known.
+	rep.AllClientWritesPerVMI = 0
+	delete(rep.ClusterCPUSeconds, "kube-apiserver")
 	fault, quiet := splitByFaults(m.flowResult, start, records)
 	rep.FaultLatencySeconds, rep.QuietLatencySeconds = &fault, &quiet
 	for _, rec := range records {

@@ -45,7 +45,7 @@ type Report struct {
 
 	WritesPerVMI          WritesPerVMI   `json:"writesPerVMI"`
 	EventsPerVMI          float64        `json:"eventsPerVMI"`
-	AllClientWritesPerVMI float64        `json:"allClientWritesPerVMI"`
+	AllClientWritesPerVMI float64        `json:"allClientWritesPerVMI,omitempty"`
 	ReplicaStats          []ReplicaStats `json:"replicaStats"`
 	// ClusterCPUSeconds is each control-plane process's CPU time during the
 	// VMI run: where the machine's two cores went.
