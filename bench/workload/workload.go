@@ -12,9 +12,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
@@ -99,7 +103,7 @@ func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *
 				if opts.Spread {
 					Spread(vmi)
 				}
-				if _, err := kv.VirtualMachineInstances(opts.Namespace).Create(ctx, vmi, metav1.CreateOptions{}); err != nil {
+				if err := createVMI(ctx, kv, opts.Namespace, vmi); err != nil {
 					err = fmt.Errorf("create VMI %s: %w", name, err)
 					firstErr.CompareAndSwap(nil, &err)
 					cancel()
@@ -117,6 +121,35 @@ func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *
 		return *errp
 	}
 	return ctx.Err()
+}
+
+// createBackoff retries a create for about 30 s: longer than the API server
+// takes to restart on this machine (3 s measured unloaded).
+var createBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 12, Cap: 5 * time.Second}
+
+// createVMI creates vmi, retrying while the API server is unreachable or
+// overloaded (the chaos scenario restarts it). A create that went through
+// before its connection broke comes back AlreadyExists on the retry, which
+// counts as created.
+func createVMI(ctx context.Context, kv *kubevirt.Clientset, namespace string, vmi *virtv1.VirtualMachineInstance) error {
+	attempts := 0
+	err := retry.OnError(createBackoff, transient, func() error {
+		attempts++
+		_, err := kv.VirtualMachineInstances(namespace).Create(ctx, vmi, metav1.CreateOptions{})
+		return err
+	})
+	if attempts > 1 && apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// transient reports whether err is one a retry may not get again: the
+// connection failed, or the server was busy or not ready.
+func transient(err error) bool {
+	return utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err) || utilnet.IsProbableEOF(err) ||
+		utilnet.IsHTTP2ConnectionLost(err) || utilnet.IsTimeout(err) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTooManyRequests(err) || apierrors.IsTimeout(err)
 }
 
 // Phases counts the VMIs of namespace by phase ("" for none yet), from the
