@@ -66,7 +66,6 @@ type Manager struct {
 	// i, 0 when it does not hold it: the lock-free fence Holds reads.
 	deadlines  []atomic.Int64
 	active     []atomic.Bool
-	claiming   []atomic.Bool // a claim of range i is on the wire
 	assignment atomic.Pointer[Assignment]
 	assignedAt []time.Time // when the assignment gave us range i; reconcile loop only
 	leading    atomic.Bool
@@ -106,7 +105,6 @@ func NewManager(cfg Config) (*Manager, error) {
 		leaderWake: make(chan struct{}, 1),
 		deadlines:  make([]atomic.Int64, n),
 		active:     make([]atomic.Bool, n),
-		claiming:   make([]atomic.Bool, n),
 		assignedAt: make([]time.Time, n),
 		held:       map[int]*holding{},
 		failures:   make([]int, n),
@@ -351,9 +349,14 @@ func (h *holding) requestRelease(reason Reason) {
 // reconcile releases the ranges the assignment moved away and tries to take
 // the ranges it gave this member. It returns when the first lease it waits
 // for will expire (zero if none).
+//
+// The claims go out together: after a member dies, its ranges expire within
+// one renewal period of each other, and one round trip after another to a
+// loaded API server would add up to seconds of takeover.
 func (m *Manager) reconcile(ctx context.Context) (nextExpiry time.Time) {
 	a := m.assignment.Load()
 	now := m.cfg.Clock.Now()
+	var claim []int
 	for i := range m.cfg.Ranges.Count() {
 		want := a != nil && i < len(a.Owners) && a.Owners[i] == m.cfg.Identity
 		if !want {
@@ -368,29 +371,35 @@ func (m *Manager) reconcile(ctx context.Context) (nextExpiry time.Time) {
 		switch {
 		case h != nil && !want:
 			h.requestRelease(ReasonRebalance)
-		case h == nil && want && !m.leaving.Load() && !backingOff && !m.claiming[i].Load():
-			if at := m.tryAcquire(ctx, i); !at.IsZero() && (nextExpiry.IsZero() || at.Before(nextExpiry)) {
-				nextExpiry = at
-			}
+		case h == nil && want && !m.leaving.Load() && !backingOff:
+			claim = append(claim, i)
 		}
 	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, i := range claim {
+		wg.Go(func() {
+			at := m.tryAcquire(ctx, i)
+			mu.Lock()
+			defer mu.Unlock()
+			if !at.IsZero() && (nextExpiry.IsZero() || at.Before(nextExpiry)) {
+				nextExpiry = at
+			}
+		})
+	}
+	wg.Wait()
 	return nextExpiry
 }
 
 // tryAcquire takes range i's lease if it is free: missing, released, or
 // unchanged for its whole duration as seen from here. If another member
 // holds it, it returns when that lease expires unless renewed.
-//
-// The write goes out in the background and wakes the claim loop when
-// answered: after a member dies its ranges expire within one renewal period
-// of each other, and a loaded API server took up to 2 s to answer one
-// claim, which would hold up the claims behind it.
 func (m *Manager) tryAcquire(ctx context.Context, i int) (expiresAt time.Time) {
+	logger := klog.FromContext(ctx)
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	start := m.cfg.Clock.Now()
 	name := m.cfg.rangeLeaseName(i)
 	lease, err := m.leaseLister.Get(name)
-	var write func() (*coordinationv1.Lease, error)
 	switch {
 	case apierrors.IsNotFound(err):
 		// A lease deleted under its holder is not free at once: the holder
@@ -398,11 +407,8 @@ func (m *Manager) tryAcquire(ctx context.Context, i int) (expiresAt time.Time) {
 		if gone, ok := m.obs.deletedAt(name); ok && start.Before(gone.Add(m.cfg.LeaseDuration)) {
 			return gone.Add(m.cfg.LeaseDuration)
 		}
-		write = func() (*coordinationv1.Lease, error) {
-			return leases.Create(ctx, m.cfg.newRangeLease(i, start), metav1.CreateOptions{})
-		}
+		lease, err = leases.Create(ctx, m.cfg.newRangeLease(i, start), metav1.CreateOptions{})
 	case err != nil:
-		return time.Time{}
 	case !m.obs.free(lease, start):
 		return m.obs.expiry(lease, start)
 	default:
@@ -413,27 +419,18 @@ func (m *Manager) tryAcquire(ctx context.Context, i int) (expiresAt time.Time) {
 		taken.Spec.AcquireTime = &now
 		taken.Spec.RenewTime = &now
 		taken.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
-		write = func() (*coordinationv1.Lease, error) {
-			return leases.Update(ctx, taken, metav1.UpdateOptions{})
-		}
+		lease, err = leases.Update(ctx, taken, metav1.UpdateOptions{})
 	}
-	m.claiming[i].Store(true)
-	assignedAt := m.assignedAt[i]
-	m.wg.Go(func() {
-		defer m.poke()
-		defer m.claiming[i].Store(false)
-		lease, err := write()
-		if err != nil {
-			// Usually a conflict: someone else was faster, or our cache is behind.
-			klog.FromContext(ctx).V(4).Info("Range not acquired", "range", i, "err", err)
-			return
-		}
-		m.startHolding(ctx, i, lease, start, assignedAt)
-	})
+	if err != nil {
+		// Usually a conflict: someone else was faster, or our cache is behind.
+		logger.V(4).Info("Range not acquired", "range", i, "err", err)
+		return time.Time{}
+	}
+	m.startHolding(ctx, i, lease, start)
 	return time.Time{}
 }
 
-func (m *Manager) startHolding(ctx context.Context, i int, lease *coordinationv1.Lease, renewStart, assignedAt time.Time) {
+func (m *Manager) startHolding(ctx context.Context, i int, lease *coordinationv1.Lease, renewStart time.Time) {
 	h := &holding{i: i, lease: lease, release: make(chan Reason, 1), done: make(chan struct{})}
 	m.deadlines[i].Store(renewStart.Add(m.cfg.RenewDeadline).UnixNano())
 	m.mu.Lock()
@@ -442,6 +439,7 @@ func (m *Manager) startHolding(ctx context.Context, i int, lease *coordinationv1
 	m.mu.Unlock()
 	m.emit(Event{Member: m.cfg.Identity, Range: i, Type: EventAcquired, Time: m.cfg.Clock.Now()})
 	klog.FromContext(ctx).V(2).Info("Range acquired", "range", i)
+	assignedAt := m.assignedAt[i]
 	m.wg.Go(func() { m.hold(ctx, h, assignedAt) })
 }
 
