@@ -15,7 +15,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/virtshard/virtshard/bench/ceiling"
 	"github.com/virtshard/virtshard/bench/cluster"
@@ -76,9 +78,20 @@ func (e *env) namespace(ctx context.Context, name string) (func(), error) {
 		return nil, fmt.Errorf("create namespace %s: %w", name, err)
 	}
 	return func() {
-		_ = e.kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
+		// The namespace controller looks again at a namespace whose pods
+		// are terminating only after half their grace period (45 s for a
+		// launcher pod), and 8 s later at one with finalizers pending. So
+		// the VMIs go first (kwok's Stage removes their finalizer), then
+		// the pods without grace, and the namespace goes in one pass.
+		_ = e.kv.VirtualMachineInstances(name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+			left, err := e.kv.VirtualMachineInstances(name).List(ctx, metav1.ListOptions{Limit: 1})
+			return err == nil && len(left.Items) == 0, nil
+		})
+		_ = e.kube.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		_ = e.kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = ceiling.WaitGone(ctx, e.kube, name)
 	}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/kubevirt"
@@ -123,7 +124,11 @@ func run(ctx context.Context, client kubernetes.Interface, opts Options, w workl
 		return Result{}, fmt.Errorf("create namespace %s: %w", opts.Namespace, err)
 	}
 	defer func() {
-		// Best effort: the namespace controller removes the objects in the background.
+		// Best effort: the namespace controller removes the objects in the
+		// background. It looks again at a namespace with terminating pods
+		// only after half their grace period: delete them without one.
+		_ = client.CoreV1().Pods(opts.Namespace).DeleteCollection(context.Background(),
+			metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
 		_ = client.CoreV1().Namespaces().Delete(context.Background(), opts.Namespace, metav1.DeleteOptions{})
 	}()
 
