@@ -1,7 +1,9 @@
 package audit_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -10,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/audit"
@@ -42,7 +47,8 @@ func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer auditLog.Close()
-	if _, err := auditLog.Seek(0, io.SeekEnd); err != nil {
+	start, err := auditLog.Seek(0, io.SeekEnd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -139,6 +145,40 @@ func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
 	}
 	for _, v := range res.Violations {
 		t.Errorf("fenced-write violation: %s", v)
+	}
+	if len(res.Violations) > 0 {
+		logLeaseWrites(t, auditLog, start, ns, res.Violations)
+	}
+}
+
+// logLeaseWrites logs every write to the Leases of the violated ranges, for
+// a failure that the cluster's audit log will not outlive.
+func logLeaseWrites(t *testing.T, log *os.File, from int64, ns string, violations []audit.Violation) {
+	leases := map[string]bool{}
+	for _, v := range violations {
+		leases[fmt.Sprintf("virtshard-range-%d", v.Range)] = true
+	}
+	if _, err := log.Seek(from, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	scanner := bufio.NewScanner(log)
+	scanner.Buffer(make([]byte, 1<<20), 64<<20)
+	for scanner.Scan() {
+		var ev auditv1.Event
+		if json.Unmarshal(scanner.Bytes(), &ev) != nil || ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns || !leases[ev.ObjectRef.Name] {
+			continue
+		}
+		code := int32(0)
+		if ev.ResponseStatus != nil {
+			code = ev.ResponseStatus.Code
+		}
+		var lease coordinationv1.Lease
+		if ev.RequestObject != nil {
+			_ = json.Unmarshal(ev.RequestObject.Raw, &lease)
+		}
+		t.Logf("lease write: %s %s (resourceVersion %q) received %s completed %s by %s: HTTP %d, holder %q",
+			ev.Verb, ev.ObjectRef.Name, lease.ResourceVersion, ev.RequestReceivedTimestamp.Format(time.RFC3339Nano),
+			ev.StageTimestamp.Format(time.RFC3339Nano), ev.UserAgent, code, ptr.Deref(lease.Spec.HolderIdentity, ""))
 	}
 }
 
