@@ -47,6 +47,11 @@ type Config struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// SuspectAfter is how long a member's Lease may go unchanged before the
+	// others warm the caches of the ranges they would get if it died
+	// (Preparer); the default is two missed heartbeats, 2 · RetryPeriod, at
+	// most RenewDeadline.
+	SuspectAfter time.Duration
 	// ShutdownTimeout bounds the graceful release on stop.
 	ShutdownTimeout time.Duration
 
@@ -78,6 +83,9 @@ func (c *Config) Complete() {
 	}
 	if c.RetryPeriod == 0 {
 		c.RetryPeriod = DefaultRetryPeriod
+	}
+	if c.SuspectAfter == 0 {
+		c.SuspectAfter = min(2*c.RetryPeriod, c.RenewDeadline)
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
@@ -118,6 +126,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryPeriod >= c.RenewDeadline {
 		errs = append(errs, fmt.Errorf("retry period %s must be shorter than the renew deadline %s", c.RetryPeriod, c.RenewDeadline))
+	}
+	if c.SuspectAfter <= c.RetryPeriod || c.SuspectAfter >= c.LeaseDuration {
+		errs = append(errs, fmt.Errorf("suspect-after %s must be longer than the retry period %s and shorter than the lease duration %s", c.SuspectAfter, c.RetryPeriod, c.LeaseDuration))
 	}
 	if c.Load < 1 {
 		errs = append(errs, fmt.Errorf("load %v must be at least 1", c.Load))

@@ -58,3 +58,19 @@ func (h HandlerFuncs) Releasing(ctx context.Context, i int, reason Reason) {
 		h.ReleasingFunc(ctx, i, reason)
 	}
 }
+
+// Preparer is optionally implemented by a Handler whose Acquired is slow
+// because it fills caches: the member asks it to warm range i before it may
+// hold the range, so that a takeover waits for the lease, not for the sync.
+//
+// Prepare is called for a range this member does not hold but is assigned,
+// or will most likely be assigned because its holder has stopped
+// heartbeating (Config.SuspectAfter). It must only read (start informers),
+// never act, and must not block. Unprepare is called when that no longer
+// holds and the range was not acquired; Acquired of a prepared range uses
+// what Prepare started. Prepare and Unprepare come from one goroutine and
+// never overlap Acquired or Releasing of the same range.
+type Preparer interface {
+	Prepare(i int)
+	Unprepare(i int)
+}

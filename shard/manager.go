@@ -68,6 +68,9 @@ type Manager struct {
 	active     []atomic.Bool
 	assignment atomic.Pointer[Assignment]
 	assignedAt []time.Time // when the assignment gave us range i; reconcile loop only
+	// prepared[i]: the Preparer was asked to warm range i and has not since
+	// been told to drop it, nor has the range been held; reconcile loop only.
+	prepared []bool
 	leading    atomic.Bool
 
 	mu   sync.Mutex
@@ -106,6 +109,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		deadlines:  make([]atomic.Int64, n),
 		active:     make([]atomic.Bool, n),
 		assignedAt: make([]time.Time, n),
+		prepared:   make([]bool, n),
 		held:       map[int]*holding{},
 		failures:   make([]int, n),
 		retryAt:    make([]time.Time, n),
@@ -332,6 +336,7 @@ func (m *Manager) claim(ctx context.Context) {
 				h.requestRelease(ReasonRelease)
 			}
 			m.mu.Unlock()
+			m.unprepareAll()
 			return
 		case <-m.wake:
 		case <-ticker.C():
@@ -346,16 +351,19 @@ func (h *holding) requestRelease(reason Reason) {
 	}
 }
 
-// reconcile releases the ranges the assignment moved away and tries to take
-// the ranges it gave this member. It returns when the first lease it waits
-// for will expire (zero if none).
+// reconcile releases the ranges the assignment moved away, warms the caches
+// of the ranges this member is or will likely be given, and tries to take
+// the ranges the assignment gave it. It returns when it should look again:
+// when the first lease it waits for expires, or the first member turns
+// suspect (zero if neither).
 //
 // The claims go out together: after a member dies, its ranges expire within
 // one renewal period of each other, and one round trip after another to a
 // loaded API server would add up to seconds of takeover.
-func (m *Manager) reconcile(ctx context.Context) (nextExpiry time.Time) {
+func (m *Manager) reconcile(ctx context.Context) (next time.Time) {
 	a := m.assignment.Load()
 	now := m.cfg.Clock.Now()
+	successors, nextSuspicion := m.successors(a, now)
 	var claim []int
 	for i := range m.cfg.Ranges.Count() {
 		want := a != nil && i < len(a.Owners) && a.Owners[i] == m.cfg.Identity
@@ -368,13 +376,16 @@ func (m *Manager) reconcile(ctx context.Context) (nextExpiry time.Time) {
 		h := m.held[i]
 		backingOff := now.Before(m.retryAt[i])
 		m.mu.Unlock()
+		open := h == nil && !m.leaving.Load() && !backingOff
+		m.prepare(i, h != nil, open && (want || (successors != nil && successors[i] == m.cfg.Identity)))
 		switch {
 		case h != nil && !want:
 			h.requestRelease(ReasonRebalance)
-		case h == nil && want && !m.leaving.Load() && !backingOff:
+		case want && open:
 			claim = append(claim, i)
 		}
 	}
+	m.cfg.Metrics.setPrepared(m.prepared)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, i := range claim {
@@ -382,13 +393,87 @@ func (m *Manager) reconcile(ctx context.Context) (nextExpiry time.Time) {
 			at := m.tryAcquire(ctx, i)
 			mu.Lock()
 			defer mu.Unlock()
-			if !at.IsZero() && (nextExpiry.IsZero() || at.Before(nextExpiry)) {
-				nextExpiry = at
-			}
+			next = earliest(next, at)
 		})
 	}
 	wg.Wait()
-	return nextExpiry
+	return earliest(next, nextSuspicion)
+}
+
+// prepare asks the Preparer, if the handler is one, to warm range i when
+// wanted and to drop it when no longer wanted. A held range's caches are
+// Acquired's from then on.
+func (m *Manager) prepare(i int, held, wanted bool) {
+	p, ok := m.cfg.Handler.(Preparer)
+	switch {
+	case !ok:
+	case held:
+		m.prepared[i] = false
+	case wanted && !m.prepared[i]:
+		p.Prepare(i)
+		m.prepared[i] = true
+	case !wanted && m.prepared[i]:
+		p.Unprepare(i)
+		m.prepared[i] = false
+	}
+}
+
+func (m *Manager) unprepareAll() {
+	for i := range m.prepared {
+		m.mu.Lock()
+		held := m.held[i] != nil
+		m.mu.Unlock()
+		m.prepare(i, held, false)
+	}
+	m.cfg.Metrics.setPrepared(m.prepared)
+}
+
+// successors returns the owners the leader would assign if every suspect
+// member died (nil when no member is suspect), and when the next healthy
+// member turns suspect unless it heartbeats. A member is suspect once its
+// lease has not changed for SuspectAfter, long before it expires: warming
+// the ranges it would leave takes their cache sync off the takeover. It
+// stays suspect after its lease expired for as long as the assignment
+// still gives it ranges, until the leader has moved them. When this member
+// looks suspect itself, it is the one cut off and its view is stale: it
+// predicts nothing.
+func (m *Manager) successors(a *Assignment, now time.Time) (owners []string, nextSuspicion time.Time) {
+	leases, err := m.leaseLister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleMember}))
+	if err != nil || a == nil || m.leaving.Load() {
+		return nil, time.Time{}
+	}
+	var healthy []string
+	suspects := false
+	for _, l := range leases {
+		id := holder(l)
+		if id == "" {
+			continue
+		}
+		seen := m.obs.observe(l, now)
+		if suspectAt := seen.Add(m.cfg.SuspectAfter); now.Before(suspectAt) {
+			healthy = append(healthy, id)
+			nextSuspicion = earliest(nextSuspicion, suspectAt)
+			continue
+		}
+		switch {
+		case id == m.cfg.Identity:
+			return nil, nextSuspicion
+		case !expired(l, seen, now) || slices.Contains(a.Owners, id):
+			suspects = true
+		}
+	}
+	if !suspects {
+		return nil, nextSuspicion
+	}
+	return Assign(m.cfg.Ranges.Count(), healthy, m.cfg.Load, m.cfg.ReplicationFactor), nextSuspicion
+}
+
+// earliest is the earlier of a and b, a zero time meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // tryAcquire takes range i's lease if it is free: missing, released, or
@@ -601,9 +686,7 @@ func (m *Manager) liveMembers() (live []string, nextExpiry time.Time, err error)
 		}
 		if at := m.obs.expiry(l, now); now.Before(at) {
 			live = append(live, id)
-			if nextExpiry.IsZero() || at.Before(nextExpiry) {
-				nextExpiry = at
-			}
+			nextExpiry = earliest(nextExpiry, at)
 		}
 	}
 	slices.Sort(live)

@@ -37,6 +37,7 @@ type group struct {
 	ranges   shard.Ranges
 	timeline timeline
 	members  map[string]*member
+	warming  warming
 }
 
 type member struct {
@@ -59,6 +60,71 @@ func (tl *timeline) add(e shard.Event) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	tl.events = append(tl.events, e)
+}
+
+// warming records every member's Prepare, Unprepare and Acquired calls.
+type warming struct {
+	mu    sync.Mutex
+	calls []warmingCall
+}
+
+type warmingCall struct {
+	member string
+	rng    int
+	kind   string // "prepare", "unprepare" or "acquired"
+	at     time.Time
+}
+
+func (w *warming) add(member string, i int, kind string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls = append(w.calls, warmingCall{member, i, kind, time.Now()})
+}
+
+// of returns the calls for range i on member, in order.
+func (w *warming) of(member string, i int) []warmingCall {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []warmingCall
+	for _, c := range w.calls {
+		if c.member == member && c.rng == i {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// warmingHandler is a shard.Handler and shard.Preparer that only records.
+type warmingHandler struct {
+	member string
+	log    *warming
+}
+
+func (h warmingHandler) Prepare(i int)   { h.log.add(h.member, i, "prepare") }
+func (h warmingHandler) Unprepare(i int) { h.log.add(h.member, i, "unprepare") }
+func (h warmingHandler) Acquired(_ context.Context, i int) error {
+	h.log.add(h.member, i, "acquired")
+	return nil
+}
+func (h warmingHandler) Releasing(context.Context, int, shard.Reason) {}
+
+// waitNothingPrepared waits until no live member warms a range it does not
+// hold: once the group settles, every Prepare is used or undone.
+func (g *group) waitNothingPrepared(timeout time.Duration) {
+	g.t.Helper()
+	var why string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		for _, m := range g.live() {
+			if n := gauge(g.t, m.registry, "virtshard_shard_ranges_prepared"); n != 0 {
+				why = fmt.Sprintf("%s still prepares %v ranges", m.id, n)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		g.t.Errorf("%s %s after the group settled", why, timeout)
+	}
 }
 
 func newGroup(t *testing.T) *group {
@@ -104,6 +170,7 @@ func (g *group) start(id string) *member {
 		Identity:  id,
 		Ranges:    g.ranges,
 		Metrics:   shard.NewMetrics(registry),
+		Handler:   warmingHandler{id, &g.warming},
 	})
 	if err != nil {
 		g.t.Fatal(err)
@@ -370,7 +437,74 @@ func TestKilledMemberRangesAreTakenOverAfterExpiry(t *testing.T) {
 		t.Errorf("ranges of the killed member owned again after %s, more than lease duration + 2 s = %s", took, bound)
 	}
 	t.Logf("%d ranges of the killed leader owned again %s after the kill", len(orphans), took.Round(time.Millisecond))
-	g.waitConverged(30 * time.Second)
+	holders = g.waitConverged(30 * time.Second)
+
+	// The new holders warmed each orphan while the victim was only suspect:
+	// before its member lease could expire and the assignment move it, a
+	// lease duration after its last heartbeat at the latest.
+	beforeExpiry := killed.Add(shard.DefaultLeaseDuration - shard.DefaultRetryPeriod)
+	for _, i := range orphans {
+		calls := g.warming.of(holders[i], i)
+		if len(calls) < 2 || calls[0].kind != "prepare" || calls[1].kind != "acquired" {
+			t.Errorf("range %d: %s was not asked to prepare it before acquiring it: %v", i, holders[i], calls)
+		} else if !calls[0].at.Before(beforeExpiry) {
+			t.Errorf("range %d prepared %s after the kill, not before the victim could expire", i, calls[0].at.Sub(killed))
+		}
+	}
+	g.waitNothingPrepared(10 * time.Second)
+}
+
+// A member that misses heartbeats long enough to be suspect but comes back
+// before its leases expire keeps its ranges: the others warm them, never
+// claim them, and drop what they warmed.
+func TestRecoveredSuspectKeepsItsRanges(t *testing.T) {
+	g := newGroup(t)
+	for _, id := range []string{"a", "b", "c"} {
+		g.start(id)
+	}
+	before := g.waitConverged(30 * time.Second)
+	var victim *member
+	for _, m := range g.members {
+		if !m.manager.Leading() {
+			victim = m
+		}
+	}
+	mine := heldBy(before, victim.id)
+
+	// Suspect after two missed heartbeats (4 s); the lease lasts 10 s.
+	victim.cut.Store(true)
+	time.Sleep(2*shard.DefaultRetryPeriod + 500*time.Millisecond)
+	victim.cut.Store(false)
+	after := g.waitConverged(30 * time.Second)
+	g.waitNothingPrepared(10 * time.Second)
+
+	if !slices.Equal(heldBy(after, victim.id), mine) {
+		t.Errorf("%s held %v before it was suspect and %v after", victim.id, mine, heldBy(after, victim.id))
+	}
+	prepared := 0
+	for _, m := range g.live() {
+		if m == victim {
+			continue
+		}
+		for _, i := range mine {
+			calls := g.warming.of(m.id, i)
+			for k, c := range calls {
+				switch {
+				case c.kind == "acquired":
+					t.Errorf("%s acquired range %d of the recovered %s", m.id, i, victim.id)
+				case c.kind == "prepare":
+					prepared++
+					if k+1 >= len(calls) || calls[k+1].kind != "unprepare" {
+						t.Errorf("%s prepared range %d and never dropped it: %v", m.id, i, calls)
+					}
+				}
+			}
+		}
+	}
+	if prepared == 0 {
+		t.Errorf("no member warmed any of %s's %d ranges while it missed its heartbeats", victim.id, len(mine))
+	}
+	t.Logf("%d of %s's %d ranges warmed by others while it was suspect", prepared, victim.id, len(mine))
 }
 
 // A graceful stop releases ranges instead of letting their leases expire:

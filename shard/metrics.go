@@ -10,6 +10,7 @@ type Metrics struct {
 	ranges               prometheus.Gauge
 	rangesOwned          prometheus.Gauge
 	rangesActive         prometheus.Gauge
+	rangesPrepared       prometheus.Gauge
 	assignmentGeneration prometheus.Gauge
 	handoffs             *prometheus.CounterVec
 	acquireLatency       prometheus.Histogram
@@ -32,6 +33,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rangesActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_ranges_active",
 			Help: "Ranges this member holds and acts on: lease held and caches synced.",
+		}),
+		rangesPrepared: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "virtshard_shard_ranges_prepared",
+			Help: "Ranges whose caches this member is warming before it may hold them: assigned to it, or likely to be if a member that stopped heartbeating dies.",
 		}),
 		assignmentGeneration: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_assignment_generation",
@@ -60,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this member is the leader publishing the assignment.",
 		}),
 	}
-	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.leader)
+	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.leader)
 	return m
 }
 
@@ -82,6 +87,19 @@ func (m *Metrics) setOwned(n int) {
 	if m != nil {
 		m.rangesOwned.Set(float64(n))
 	}
+}
+
+func (m *Metrics) setPrepared(prepared []bool) {
+	if m == nil {
+		return
+	}
+	n := 0
+	for _, p := range prepared {
+		if p {
+			n++
+		}
+	}
+	m.rangesPrepared.Set(float64(n))
 }
 
 func (m *Metrics) setGeneration(g int64) {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/kubevirt"
@@ -41,12 +42,18 @@ type Consumer interface {
 	Releasing(ctx context.Context, i int, reason shard.Reason)
 }
 
-// Ranges holds the informers of each range the replica holds.
+var _ shard.Preparer = (*Ranges)(nil)
+
+// Ranges holds the informers of each range the replica holds, and of the
+// ranges it prepares to hold.
 type Ranges struct {
 	cfg       Config
 	consumers []Consumer
 	started   atomic.Bool
 	held      []atomic.Pointer[Range]
+	// prepared are ranges whose informers run ahead of Acquired
+	// (shard.Preparer): the manager expects to be given them soon.
+	prepared []atomic.Pointer[Range]
 
 	vmiIndexers cache.Indexers
 	podIndexers cache.Indexers
@@ -72,6 +79,7 @@ func NewRanges(cfg Config) *Ranges {
 	return &Ranges{
 		cfg:         cfg,
 		held:        make([]atomic.Pointer[Range], cfg.Ranges.Count()),
+		prepared:    make([]atomic.Pointer[Range], cfg.Ranges.Count()),
 		vmiIndexers: cache.Indexers{},
 		podIndexers: cache.Indexers{},
 		vmIndexers:  cache.Indexers{},
@@ -129,13 +137,38 @@ func (c *Ranges) VMIs() []*virtv1.VirtualMachineInstance {
 	return out
 }
 
-// Acquired implements shard.Handler: start range i's informers, wait for
-// them, then hand the range to every consumer.
-func (c *Ranges) Acquired(ctx context.Context, i int) error {
+// Prepare implements shard.Preparer: start range i's informers ahead of
+// Acquired. Nothing acts on them until then; their events reach no consumer.
+func (c *Ranges) Prepare(i int) {
 	c.started.Store(true)
+	if c.prepared[i].Load() != nil {
+		return
+	}
 	r, err := c.start(i)
 	if err != nil {
-		return err
+		klog.Background().Error(err, "Preparing range caches failed; Acquired will start them", "range", i)
+		return
+	}
+	c.prepared[i].Store(r)
+}
+
+// Unprepare implements shard.Preparer: stop range i's prepared informers.
+func (c *Ranges) Unprepare(i int) {
+	if r := c.prepared[i].Swap(nil); r != nil {
+		go r.stop() // the manager's claim loop must not wait for it
+	}
+}
+
+// Acquired implements shard.Handler: start range i's informers unless
+// Prepare did, wait for them, then hand the range to every consumer.
+func (c *Ranges) Acquired(ctx context.Context, i int) error {
+	c.started.Store(true)
+	r := c.prepared[i].Swap(nil)
+	if r == nil {
+		var err error
+		if r, err = c.start(i); err != nil {
+			return err
+		}
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), r.VMIs.HasSynced, r.Pods.HasSynced, r.VMs.HasSynced) {
 		r.stop()
