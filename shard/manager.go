@@ -71,7 +71,7 @@ type Manager struct {
 	// prepared[i]: the Preparer was asked to warm range i and has not since
 	// been told to drop it, nor has the range been held; reconcile loop only.
 	prepared []bool
-	leading    atomic.Bool
+	leading  atomic.Bool
 
 	mu   sync.Mutex
 	held map[int]*holding

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 // counting is a consumer that counts the ranges handed to it.
 type counting struct{ acquired atomic.Int32 }
 
-func (c *counting) Acquired(context.Context, *Range) error { c.acquired.Add(1); return nil }
+func (c *counting) Acquired(context.Context, *Range) error       { c.acquired.Add(1); return nil }
 func (c *counting) Releasing(context.Context, int, shard.Reason) {}
 
 // A prepared range fills its caches before anyone acts on it, and Acquired
