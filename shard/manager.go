@@ -69,9 +69,11 @@ type Manager struct {
 	assignment atomic.Pointer[Assignment]
 	assignedAt []time.Time // when the assignment gave us range i; reconcile loop only
 	// prepared[i]: the Preparer was asked to warm range i and has not since
-	// been told to drop it, nor has the range been held; reconcile loop only.
-	prepared []bool
-	leading  atomic.Bool
+	// been told to drop it, nor has the range been held; it is dropped
+	// once unwanted past keepPrepared[i]. Reconcile loop only.
+	prepared     []bool
+	keepPrepared []time.Time
+	leading      atomic.Bool
 
 	mu   sync.Mutex
 	held map[int]*holding
@@ -102,17 +104,18 @@ func NewManager(cfg Config) (*Manager, error) {
 	n := cfg.Ranges.Count()
 	cfg.Metrics.setRanges(n)
 	return &Manager{
-		cfg:        cfg,
-		obs:        newObservations(),
-		wake:       make(chan struct{}, 1),
-		leaderWake: make(chan struct{}, 1),
-		deadlines:  make([]atomic.Int64, n),
-		active:     make([]atomic.Bool, n),
-		assignedAt: make([]time.Time, n),
-		prepared:   make([]bool, n),
-		held:       map[int]*holding{},
-		failures:   make([]int, n),
-		retryAt:    make([]time.Time, n),
+		cfg:          cfg,
+		obs:          newObservations(),
+		wake:         make(chan struct{}, 1),
+		leaderWake:   make(chan struct{}, 1),
+		deadlines:    make([]atomic.Int64, n),
+		active:       make([]atomic.Bool, n),
+		assignedAt:   make([]time.Time, n),
+		prepared:     make([]bool, n),
+		keepPrepared: make([]time.Time, n),
+		held:         map[int]*holding{},
+		failures:     make([]int, n),
+		retryAt:      make([]time.Time, n),
 	}, nil
 }
 
@@ -353,7 +356,7 @@ func (h *holding) requestRelease(reason Reason) {
 
 // reconcile releases the ranges the assignment moved away, warms the caches
 // of the ranges this member is or will likely be given, and tries to take
-// the ranges the assignment gave it. It returns when it should look again:
+// them. It returns when it should look again:
 // when the first lease it waits for expires, or the first member turns
 // suspect (zero if neither).
 //
@@ -376,12 +379,18 @@ func (m *Manager) reconcile(ctx context.Context) (next time.Time) {
 		h := m.held[i]
 		backingOff := now.Before(m.retryAt[i])
 		m.mu.Unlock()
+		// A range this member would get if the suspects died is claimed
+		// too: its lease is free only once its holder stopped renewing for
+		// a whole lease duration, and the leader's assignment, which waits
+		// for the member lease to expire, may come up to a renewal period
+		// later. It is kept until the assignment says otherwise.
+		predicted := successors != nil && successors[i] == m.cfg.Identity
 		open := h == nil && !m.leaving.Load() && !backingOff
-		m.prepare(i, h != nil, open && (want || (successors != nil && successors[i] == m.cfg.Identity)))
+		m.prepare(i, h != nil, open && (want || predicted), now)
 		switch {
-		case h != nil && !want:
+		case h != nil && !want && !predicted:
 			h.requestRelease(ReasonRebalance)
-		case want && open:
+		case open && (want || predicted):
 			claim = append(claim, i)
 		}
 	}
@@ -401,49 +410,60 @@ func (m *Manager) reconcile(ctx context.Context) (next time.Time) {
 }
 
 // prepare asks the Preparer, if the handler is one, to warm range i when
-// wanted and to drop it when no longer wanted. A held range's caches are
+// wanted, and to drop it once it has not been wanted for a lease duration:
+// a member that misses heartbeats now and then under load costs one sync of
+// what it would leave, not one per miss. A held range's caches are
 // Acquired's from then on.
-func (m *Manager) prepare(i int, held, wanted bool) {
+func (m *Manager) prepare(i int, held, wanted bool, now time.Time) {
 	p, ok := m.cfg.Handler.(Preparer)
 	switch {
 	case !ok:
 	case held:
 		m.prepared[i] = false
-	case wanted && !m.prepared[i]:
-		p.Prepare(i)
-		m.prepared[i] = true
-	case !wanted && m.prepared[i]:
+	case wanted:
+		m.keepPrepared[i] = now.Add(m.cfg.LeaseDuration)
+		if !m.prepared[i] {
+			p.Prepare(i)
+			m.prepared[i] = true
+		}
+	case m.prepared[i] && !now.Before(m.keepPrepared[i]):
 		p.Unprepare(i)
 		m.prepared[i] = false
 	}
 }
 
+// unprepareAll drops every prepared range that is not held, at once.
 func (m *Manager) unprepareAll() {
-	for i := range m.prepared {
+	for i := range m.keepPrepared {
+		m.keepPrepared[i] = time.Time{}
 		m.mu.Lock()
 		held := m.held[i] != nil
 		m.mu.Unlock()
-		m.prepare(i, held, false)
+		m.prepare(i, held, false, m.cfg.Clock.Now())
 	}
 	m.cfg.Metrics.setPrepared(m.prepared)
 }
 
-// successors returns the owners the leader would assign if every suspect
-// member died (nil when no member is suspect), and when the next healthy
-// member turns suspect unless it heartbeats. A member is suspect once its
-// lease has not changed for SuspectAfter, long before it expires: warming
-// the ranges it would leave takes their cache sync off the takeover. It
-// stays suspect after its lease expired for as long as the assignment
-// still gives it ranges, until the leader has moved them. When this member
-// looks suspect itself, it is the one cut off and its view is stale: it
-// predicts nothing.
+// successors returns the owners the leader would assign if the suspect
+// member died, and when the next healthy member turns suspect unless it
+// heartbeats. A member is suspect once its lease has not changed for
+// SuspectAfter, long before it expires: warming the ranges it would leave
+// takes their cache sync off the takeover. It stays suspect after its lease
+// expired for as long as the assignment still gives it ranges, until the
+// leader has moved them.
+//
+// It predicts nothing (nil) unless exactly one other member is suspect.
+// Several suspects at once mean an overloaded API server far more often
+// than several deaths, and warming caches for them all would load it more;
+// when this member looks suspect itself, it is the one cut off and its view
+// is stale.
 func (m *Manager) successors(a *Assignment, now time.Time) (owners []string, nextSuspicion time.Time) {
 	leases, err := m.leaseLister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleMember}))
 	if err != nil || a == nil || m.leaving.Load() {
 		return nil, time.Time{}
 	}
 	var healthy []string
-	suspects := false
+	suspects := 0
 	for _, l := range leases {
 		id := holder(l)
 		if id == "" {
@@ -459,10 +479,10 @@ func (m *Manager) successors(a *Assignment, now time.Time) (owners []string, nex
 		case id == m.cfg.Identity:
 			return nil, nextSuspicion
 		case !expired(l, seen, now) || slices.Contains(a.Owners, id):
-			suspects = true
+			suspects++
 		}
 	}
-	if !suspects {
+	if suspects != 1 {
 		return nil, nextSuspicion
 	}
 	return Assign(m.cfg.Ranges.Count(), healthy, m.cfg.Load, m.cfg.ReplicationFactor), nextSuspicion

@@ -451,7 +451,7 @@ func TestKilledMemberRangesAreTakenOverAfterExpiry(t *testing.T) {
 			t.Errorf("range %d prepared %s after the kill, not before the victim could expire", i, calls[0].at.Sub(killed))
 		}
 	}
-	g.waitNothingPrepared(10 * time.Second)
+	g.waitNothingPrepared(30 * time.Second)
 }
 
 // A member that misses heartbeats long enough to be suspect but comes back
@@ -476,7 +476,7 @@ func TestRecoveredSuspectKeepsItsRanges(t *testing.T) {
 	time.Sleep(2*shard.DefaultRetryPeriod + 500*time.Millisecond)
 	victim.cut.Store(false)
 	after := g.waitConverged(30 * time.Second)
-	g.waitNothingPrepared(10 * time.Second)
+	g.waitNothingPrepared(30 * time.Second)
 
 	if !slices.Equal(heldBy(after, victim.id), mine) {
 		t.Errorf("%s held %v before it was suspect and %v after", victim.id, mine, heldBy(after, victim.id))
