@@ -356,9 +356,8 @@ func (h *holding) requestRelease(reason Reason) {
 
 // reconcile releases the ranges the assignment moved away, warms the caches
 // of the ranges this member is or will likely be given, and tries to take
-// them. It returns when it should look again:
-// when the first lease it waits for expires, or the first member turns
-// suspect (zero if neither).
+// them. It returns when it should look again: when the first lease it waits
+// for expires, or the first member turns suspect (zero if neither).
 //
 // The claims go out together: after a member dies, its ranges expire within
 // one renewal period of each other, and one round trip after another to a
