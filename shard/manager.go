@@ -74,6 +74,9 @@ type Manager struct {
 	prepared     []bool
 	keepPrepared []time.Time
 	leading      atomic.Bool
+	// lastBeat is the member Lease as this member last wrote it; heartbeat
+	// goroutine only.
+	lastBeat *coordinationv1.Lease
 
 	mu   sync.Mutex
 	held map[int]*holding

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -47,7 +48,10 @@ type member struct {
 	done    chan error
 	// cut makes every API call of this member fail, as if the process died
 	// or was partitioned away: it can neither renew nor release.
-	cut      *atomic.Bool
+	cut *atomic.Bool
+	// lag holds back every read of this member's watch streams, so that its
+	// informers fall behind the server, as they do under load.
+	lag      *atomic.Bool
 	registry *prometheus.Registry
 }
 
@@ -146,6 +150,7 @@ func newGroup(t *testing.T) *group {
 type cutTransport struct {
 	next http.RoundTripper
 	cut  *atomic.Bool
+	lag  *atomic.Bool
 }
 
 var errCut = errors.New("connection cut by test")
@@ -154,14 +159,31 @@ func (c cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if c.cut.Load() {
 		return nil, errCut
 	}
-	return c.next.RoundTrip(r)
+	resp, err := c.next.RoundTrip(r)
+	if err == nil && r.URL.Query().Get("watch") == "true" {
+		resp.Body = laggingBody{resp.Body, c.lag}
+	}
+	return resp, err
+}
+
+// laggingBody delays every read while lag is set.
+type laggingBody struct {
+	io.ReadCloser
+	lag *atomic.Bool
+}
+
+func (b laggingBody) Read(p []byte) (int, error) {
+	if b.lag.Load() {
+		time.Sleep(3 * time.Second)
+	}
+	return b.ReadCloser.Read(p)
 }
 
 func (g *group) start(id string) *member {
 	g.t.Helper()
-	cut := &atomic.Bool{}
+	cut, lag := &atomic.Bool{}, &atomic.Bool{}
 	cfg := clustertest.Config(g.t)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, cut} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, cut, lag} })
 	client := kubernetes.NewForConfigOrDie(cfg)
 	registry := prometheus.NewRegistry()
 	m, err := shard.NewManager(shard.Config{
@@ -177,7 +199,7 @@ func (g *group) start(id string) *member {
 	}
 	m.Observer = g.timeline.add
 	ctx, cancel := context.WithCancel(context.Background())
-	mem := &member{id: id, manager: m, cancel: cancel, done: make(chan error, 1), cut: cut, registry: registry}
+	mem := &member{id: id, manager: m, cancel: cancel, done: make(chan error, 1), cut: cut, lag: lag, registry: registry}
 	go func() { mem.done <- m.Run(ctx) }()
 	g.members[id] = mem
 	return mem
@@ -505,6 +527,43 @@ func TestRecoveredSuspectKeepsItsRanges(t *testing.T) {
 		t.Errorf("no member warmed any of %s's %d ranges while it missed its heartbeats", victim.id, len(mine))
 	}
 	t.Logf("%d of %s's %d ranges warmed by others while it was suspect", prepared, victim.id, len(mine))
+}
+
+// A member whose informers lag behind the server, as under load, still
+// heartbeats every retry period: it renews the lease it last wrote, not its
+// informer's stale copy, which would conflict and look like a missed
+// heartbeat to the others.
+func TestLaggingMemberKeepsHeartbeating(t *testing.T) {
+	g := newGroup(t)
+	a := g.start("a")
+	g.waitConverged(30 * time.Second)
+	client := kubernetes.NewForConfigOrDie(clustertest.Config(t))
+
+	a.lag.Store(true)
+	defer a.lag.Store(false)
+	var last time.Time
+	var gaps []time.Duration
+	for end := time.Now().Add(14 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		l, err := client.CoordinationV1().Leases(g.ns).Get(context.Background(), "virtshard-member-a", metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil {
+			t.Fatalf("member lease: %v", err)
+		}
+		if renewed := l.Spec.RenewTime.Time; !renewed.Equal(last) {
+			if !last.IsZero() {
+				gaps = append(gaps, renewed.Sub(last))
+			}
+			last = renewed
+		}
+	}
+	if len(gaps) < 4 {
+		t.Fatalf("member lease renewed %d times in 14 s, want a renewal every %s", len(gaps), shard.DefaultRetryPeriod)
+	}
+	for _, gap := range gaps {
+		// A renewal is due every retry period; a conflict skips one.
+		if gap >= 2*shard.DefaultRetryPeriod {
+			t.Errorf("heartbeats %s apart while the informers lagged (all: %v)", gap.Round(time.Millisecond), gaps)
+		}
+	}
 }
 
 // A graceful stop releases ranges instead of letting their leases expire:
