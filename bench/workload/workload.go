@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,10 +146,13 @@ func createVMI(ctx context.Context, kv *kubevirt.Clientset, namespace string, vm
 }
 
 // transient reports whether err is one a retry may not get again: the
-// connection failed, or the server was busy or not ready.
+// connection failed, or the server was busy or not ready. When the API
+// server restarts, client-go closes the HTTP/2 connection a watch broke on,
+// and the requests still on it fail "force closed".
 func transient(err error) bool {
 	return utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err) || utilnet.IsProbableEOF(err) ||
 		utilnet.IsHTTP2ConnectionLost(err) || utilnet.IsTimeout(err) ||
+		(err != nil && strings.Contains(err.Error(), "http2: client connection force closed")) ||
 		apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTooManyRequests(err) || apierrors.IsTimeout(err)
 }
 

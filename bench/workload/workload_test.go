@@ -2,12 +2,15 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync/atomic"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
 	"github.com/virtshard/virtshard/controllers/kubevirt"
@@ -55,5 +58,25 @@ func TestCreateVMIRetriesABrokenConnection(t *testing.T) {
 	err = createVMI(context.Background(), kv, "ns", VMI("vmi-0"))
 	if !apierrors.IsAlreadyExists(err) {
 		t.Errorf("create of a taken name: %v, want AlreadyExists", err)
+	}
+}
+
+func TestTransientErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		// What a create got while the chaos scenario restarted the API server.
+		{&url.Error{Op: "Post", URL: "https://127.0.0.1/apis", Err: errors.New("http2: client connection force closed via ClientConn.Close")}, true},
+		{&url.Error{Op: "Post", URL: "https://127.0.0.1/apis", Err: errors.New("http2: client connection lost")}, true},
+		{apierrors.NewServiceUnavailable("starting"), true},
+		{apierrors.NewTooManyRequests("busy", 1), true},
+		{apierrors.NewBadRequest("no"), false},
+		{apierrors.NewAlreadyExists(schema.GroupResource{Resource: "virtualmachineinstances"}, "vmi-0"), false},
+		{nil, false},
+	} {
+		if got := transient(tc.err); got != tc.want {
+			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
