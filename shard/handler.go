@@ -66,9 +66,9 @@ func (h HandlerFuncs) Releasing(ctx context.Context, i int, reason Reason) {
 // Prepare is called for a range this member does not hold but is assigned,
 // or will most likely be assigned because its holder has stopped
 // heartbeating (Config.SuspectAfter). It must only read (start informers),
-// never act, and must not block. Unprepare is called when that no longer
-// holds and the range was not acquired; Acquired of a prepared range uses
-// what Prepare started. Prepare and Unprepare come from one goroutine and
+// never act, and must not block. Unprepare is called a lease duration after
+// that stopped holding, if the range was not acquired meanwhile, and when
+// the member stops; Acquired of a prepared range uses what Prepare started. Prepare and Unprepare come from one goroutine and
 // never overlap Acquired or Releasing of the same range.
 type Preparer interface {
 	Prepare(i int)
