@@ -84,38 +84,33 @@ func (c Checker) Check(log io.Reader) (Result, error) {
 	leases := map[int][]leaseWrite{}
 	var writes []Write
 	var ranges []int
-	scanner := bufio.NewScanner(log)
-	scanner.Buffer(make([]byte, 1<<20), 64<<20)
-	for scanner.Scan() {
-		var ev auditv1.Event
-		if err := json.Unmarshal(scanner.Bytes(), &ev); err != nil {
-			return Result{}, fmt.Errorf("audit event: %w", err)
-		}
+	err := Scan(log, func(ev *auditv1.Event) error {
 		replica, ok := strings.CutPrefix(ev.UserAgent, UserAgentPrefix)
 		if !ok || ev.Stage != auditv1.StageResponseComplete || ev.ObjectRef == nil || ev.ResponseStatus == nil {
-			continue
+			return nil
 		}
 		ref := ev.ObjectRef
 		if i, ok := c.leaseRange(ref); ok {
 			if ev.ResponseStatus.Code/100 != 2 {
-				continue // a failed claim or renewal changes no tenure
+				return nil // a failed claim or renewal changes no tenure
 			}
-			holder, err := leaseHolder(&ev)
+			holder, err := leaseHolder(ev)
 			if err != nil {
-				return Result{}, err
+				return err
 			}
 			leases[i] = append(leases[i], leaseWrite{at: ev.StageTimestamp.Time, holder: holder})
-			continue
+			return nil
 		}
 		i, ok := c.RangeOf(ref.Resource, ref.Namespace, ref.Name)
 		if !ok {
-			continue
+			return nil
 		}
 		writes = append(writes, Write{Replica: replica, Verb: ev.Verb, Resource: ref.Resource, Namespace: ref.Namespace, Name: ref.Name,
 			At: ev.RequestReceivedTimestamp.Time, Code: ev.ResponseStatus.Code})
 		ranges = append(ranges, i)
-	}
-	if err := scanner.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Checked: len(writes)}
@@ -129,6 +124,23 @@ func (c Checker) Check(log io.Reader) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// Scan calls fn with each event of an audit log (one JSON event per line)
+// until fn returns an error.
+func Scan(log io.Reader, fn func(*auditv1.Event) error) error {
+	scanner := bufio.NewScanner(log)
+	scanner.Buffer(make([]byte, 1<<20), 64<<20)
+	for scanner.Scan() {
+		var ev auditv1.Event
+		if err := json.Unmarshal(scanner.Bytes(), &ev); err != nil {
+			return fmt.Errorf("audit event: %w", err)
+		}
+		if err := fn(&ev); err != nil {
+			return err
+		}
+	}
+	return scanner.Err()
 }
 
 // outside says why w falls outside its replica's tenure, or "".

@@ -1,7 +1,6 @@
 package audit_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -161,12 +160,9 @@ func logLeaseWrites(t *testing.T, log *os.File, from int64, ns string, violation
 	if _, err := log.Seek(from, io.SeekStart); err != nil {
 		t.Fatal(err)
 	}
-	scanner := bufio.NewScanner(log)
-	scanner.Buffer(make([]byte, 1<<20), 64<<20)
-	for scanner.Scan() {
-		var ev auditv1.Event
-		if json.Unmarshal(scanner.Bytes(), &ev) != nil || ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns || !leases[ev.ObjectRef.Name] {
-			continue
+	err := audit.Scan(log, func(ev *auditv1.Event) error {
+		if ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns || !leases[ev.ObjectRef.Name] {
+			return nil
 		}
 		code := int32(0)
 		if ev.ResponseStatus != nil {
@@ -179,6 +175,10 @@ func logLeaseWrites(t *testing.T, log *os.File, from int64, ns string, violation
 		t.Logf("lease write: %s %s (resourceVersion %q) received %s completed %s by %s: HTTP %d, holder %q",
 			ev.Verb, ev.ObjectRef.Name, lease.ResourceVersion, ev.RequestReceivedTimestamp.Format(time.RFC3339Nano),
 			ev.StageTimestamp.Format(time.RFC3339Nano), ev.UserAgent, code, ptr.Deref(lease.Spec.HolderIdentity, ""))
+		return nil
+	})
+	if err != nil {
+		t.Errorf("reading the audit log: %v", err)
 	}
 }
 
