@@ -399,6 +399,22 @@ func TestScalingMovesOnlyWhatItMust(t *testing.T) {
 	}
 }
 
+// roles returns the leading member and one of the others.
+func (g *group) roles() (leader, follower *member) {
+	g.t.Helper()
+	for _, m := range g.members {
+		if m.manager.Leading() {
+			leader = m
+		} else {
+			follower = m
+		}
+	}
+	if leader == nil || follower == nil {
+		g.t.Fatal("want a leading member and another")
+	}
+	return leader, follower
+}
+
 // heldBy returns the ranges holders gives to id.
 func heldBy(holders []string, id string) []int {
 	var out []int
@@ -440,15 +456,7 @@ func TestKilledMemberRangesAreTakenOverAfterExpiry(t *testing.T) {
 	holders := g.waitConverged(30 * time.Second)
 	// Kill the leader, the worst case: leadership must move too before
 	// anyone can reassign its ranges.
-	var victim *member
-	for _, m := range g.members {
-		if m.manager.Leading() {
-			victim = m
-		}
-	}
-	if victim == nil {
-		t.Fatal("no member is leading")
-	}
+	victim, _ := g.roles()
 	orphans := heldBy(holders, victim.id)
 
 	killed := time.Now()
@@ -485,12 +493,7 @@ func TestRecoveredSuspectKeepsItsRanges(t *testing.T) {
 		g.start(id)
 	}
 	before := g.waitConverged(30 * time.Second)
-	var victim *member
-	for _, m := range g.members {
-		if !m.manager.Leading() {
-			victim = m
-		}
-	}
+	_, victim := g.roles()
 	mine := heldBy(before, victim.id)
 
 	// Suspect after two missed heartbeats (4 s); the lease lasts 10 s.
@@ -578,18 +581,8 @@ func TestGracefulStopHandsOffBeforeLeasesExpire(t *testing.T) {
 	holders := g.waitConverged(30 * time.Second)
 
 	// Stop a follower, then the leader: both must hand off fast.
-	var follower, leader string
-	for id, m := range g.members {
-		if m.manager.Leading() {
-			leader = id
-		} else {
-			follower = id
-		}
-	}
-	if leader == "" {
-		t.Fatal("no member is leading")
-	}
-	for _, id := range []string{follower, leader} {
+	leader, follower := g.roles()
+	for _, id := range []string{follower.id, leader.id} {
 		ranges := heldBy(holders, id)
 		stopped := time.Now()
 		go g.members[id].cancel()
@@ -597,9 +590,9 @@ func TestGracefulStopHandsOffBeforeLeasesExpire(t *testing.T) {
 		<-g.members[id].done
 		delete(g.members, id)
 		if bound := shard.DefaultLeaseDuration / 2; took > bound {
-			t.Errorf("stopping %s (leader: %v): its %d ranges had new holders after %s, want well within a lease duration (%s)", id, id == leader, len(ranges), took, bound)
+			t.Errorf("stopping %s (leader: %v): its %d ranges had new holders after %s, want well within a lease duration (%s)", id, id == leader.id, len(ranges), took, bound)
 		} else {
-			t.Logf("stopping %s (leader: %v): %d ranges had new holders after %s", id, id == leader, len(ranges), took.Round(time.Millisecond))
+			t.Logf("stopping %s (leader: %v): %d ranges had new holders after %s", id, id == leader.id, len(ranges), took.Round(time.Millisecond))
 		}
 		holders = g.waitConverged(30 * time.Second)
 	}
