@@ -116,6 +116,21 @@ func (c *Config) Validate() error {
 	if c.Ranges.Count() == 0 {
 		errs = append(errs, errors.New("ranges are required"))
 	}
+	if err := c.ValidateTimings(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Load < 1 {
+		errs = append(errs, fmt.Errorf("load %v must be at least 1", c.Load))
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateTimings checks that a completed Config's lease timings are in the
+// order the fencing needs: retry period < renew deadline < lease duration,
+// and a member turns suspect after more than one missed heartbeat but before
+// its lease could expire.
+func (c *Config) ValidateTimings() error {
+	var errs []error
 	if c.LeaseDuration < time.Second || c.LeaseDuration%time.Second != 0 {
 		// Lease objects carry whole seconds: anything else would be truncated
 		// and let others take a lease its holder still acts on.
@@ -129,9 +144,6 @@ func (c *Config) Validate() error {
 	}
 	if c.SuspectAfter <= c.RetryPeriod || c.SuspectAfter >= c.LeaseDuration {
 		errs = append(errs, fmt.Errorf("suspect-after %s must be longer than the retry period %s and shorter than the lease duration %s", c.SuspectAfter, c.RetryPeriod, c.LeaseDuration))
-	}
-	if c.Load < 1 {
-		errs = append(errs, fmt.Errorf("load %v must be at least 1", c.Load))
 	}
 	return errors.Join(errs...)
 }

@@ -4,7 +4,6 @@ package app
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"net"
 	"time"
 
@@ -31,6 +30,9 @@ type Options struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// SuspectAfter is when others start warming a silent replica's ranges;
+	// zero means the shard default (two retry periods).
+	SuspectAfter  time.Duration
 	Workers       int
 	StatusWorkers int
 	QPS           float64
@@ -119,6 +121,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "range lease duration")
 	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "stop acting on a range this long after its last renewal started")
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "lease renew and retry period")
+	fs.DurationVar(&o.SuspectAfter, "suspect-after", o.SuspectAfter, "warm the caches of a replica's ranges once its member lease is unchanged this long, to take them over fast if it dies; 0: two retry periods, at most the renew deadline")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "reconcile workers of each controller")
 	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "concurrent status patches")
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "client QPS to the API server")
@@ -164,8 +167,8 @@ func (o *Options) Validate() error {
 	if _, err := shard.ParseKey(o.ShardKey); err != nil {
 		errs = append(errs, err)
 	}
-	if o.RenewDeadline >= o.LeaseDuration || o.RetryPeriod >= o.RenewDeadline {
-		errs = append(errs, fmt.Errorf("want retry period < renew deadline < lease duration, got %s, %s, %s", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
+	if err := o.shardTimings().ValidateTimings(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Workers < 1 || o.StatusWorkers < 1 {
 		errs = append(errs, errors.New("--workers and --status-workers must be at least 1"))
@@ -192,4 +195,17 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--identity and --namespace must not be empty"))
 	}
 	return errors.Join(errs...)
+}
+
+// shardTimings is the shard Config's lease timings as the replica will run
+// them, defaults filled in.
+func (o *Options) shardTimings() *shard.Config {
+	c := &shard.Config{
+		LeaseDuration: o.LeaseDuration,
+		RenewDeadline: o.RenewDeadline,
+		RetryPeriod:   o.RetryPeriod,
+		SuspectAfter:  o.SuspectAfter,
+	}
+	c.Complete()
+	return c
 }

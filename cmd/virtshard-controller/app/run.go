@@ -151,6 +151,7 @@ func (o *Options) Run(ctx context.Context) error {
 		LeaseDuration: o.LeaseDuration,
 		RenewDeadline: o.RenewDeadline,
 		RetryPeriod:   o.RetryPeriod,
+		SuspectAfter:  o.SuspectAfter,
 		Handler:       rangeCaches,
 		Metrics:       shardMetrics,
 	})
