@@ -94,15 +94,23 @@ func (f *fleet) stop() {
 
 // owned returns the ranges each live replica acts on (lease held, caches
 // synced), by name; a replica that does not answer counts as holding none.
+// They are asked at once: a frozen replica takes its scrape's timeout.
 func (f *fleet) owned(ctx context.Context) map[string]int {
 	out := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, r := range f.live() {
-		families, err := r.Metrics(ctx)
-		if err != nil {
-			continue
-		}
-		out[r.ID] = int(replicas.Sum(families, "virtshard_shard_ranges_active", nil))
+		wg.Go(func() {
+			families, err := r.Metrics(ctx)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out[r.ID] = int(replicas.Sum(families, "virtshard_shard_ranges_active", nil))
+		})
 	}
+	wg.Wait()
 	return out
 }
 
@@ -163,18 +171,20 @@ func (f *fleet) waitHolding(ctx context.Context, id string, timeout time.Duratio
 	})
 }
 
-// rangesLine is the progress display's view of the shard map.
-func (f *fleet) rangesLine(ctx context.Context) string {
+// activeRanges is how many ranges the live replicas act on together, and
+// the progress display's view of the shard map: the ranges of each.
+func (f *fleet) activeRanges(ctx context.Context) (active int, line string) {
 	owned := f.owned(ctx)
 	parts := make([]string, 0, len(f.members))
 	for i := range f.members {
 		if n, ok := owned[f.name(i)]; ok {
+			active += n
 			parts = append(parts, fmt.Sprintf("%d:%d", i, n))
 		} else {
 			parts = append(parts, fmt.Sprintf("%d:-", i))
 		}
 	}
-	return "ranges " + strings.Join(parts, " ")
+	return active, "ranges " + strings.Join(parts, " ")
 }
 
 // ReplicaStats are one replica's figures at the end of a run.

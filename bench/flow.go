@@ -33,9 +33,11 @@ type flowOptions struct {
 	// Timeout bounds the flow; Stall ends it early when no VMI has reached
 	// Running for that long after the last create.
 	Timeout, Stall time.Duration
-	// Progress, when set, gets a line every 5 s; Ranges adds the shard map.
+	// Progress, when set, gets a line every 5 s.
 	Progress io.Writer
-	Ranges   func(context.Context) string
+	// Ranges, when set, is asked every second how many ranges the replicas
+	// act on (into the timeline) and for the progress line's shard map.
+	Ranges func(context.Context) (active int, line string)
 }
 
 // Sample is the flow's state at one second of the run.
@@ -44,6 +46,9 @@ type Sample struct {
 	Created   int     `json:"created"`
 	Scheduled int     `json:"scheduled"`
 	Running   int     `json:"running"`
+	// ActiveRanges is how many ranges the live replicas acted on (lease
+	// held, caches synced); -1 when the flow was not told.
+	ActiveRanges int `json:"activeRanges"`
 }
 
 // flow creates VMIs and watches them to Running, recording when each was
@@ -182,16 +187,21 @@ func (f *flow) run(ctx context.Context) (*flowResult, error) {
 		}
 		scheduled, running := f.counts()
 		elapsed := time.Since(f.start)
+		active, ranges := -1, ""
+		if f.opts.Ranges != nil {
+			active, ranges = f.opts.Ranges(ctx)
+		}
 		f.mu.Lock()
-		f.samples = append(f.samples, Sample{Seconds: elapsed.Seconds(), Created: int(f.created.Load()), Scheduled: scheduled, Running: running})
+		f.samples = append(f.samples, Sample{Seconds: elapsed.Seconds(), Created: int(f.created.Load()), Scheduled: scheduled, Running: running,
+			ActiveRanges: active})
 		f.mu.Unlock()
 		if running != lastRunning {
 			lastRunning, lastChange = running, time.Now()
 		}
 		if f.opts.Progress != nil && int(elapsed.Seconds())%5 == 0 {
 			line := fmt.Sprintf("%6s created %d/%d  Scheduled %d  Running %d", elapsed.Round(time.Second), f.created.Load(), f.opts.Count, scheduled, running)
-			if f.opts.Ranges != nil {
-				line += "  " + f.opts.Ranges(ctx)
+			if ranges != "" {
+				line += "  " + ranges
 			}
 			fmt.Fprintln(f.opts.Progress, line)
 		}

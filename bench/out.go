@@ -29,9 +29,10 @@ func (r *vmiRun) writeOut(dir string, rep *Report) error {
 	}
 	if err := writeFile(filepath.Join(dir, "timeline.csv"), func(f *os.File) error {
 		w := csv.NewWriter(f)
-		_ = w.Write([]string{"seconds", "created", "scheduled", "running"})
+		_ = w.Write([]string{"seconds", "created", "scheduled", "running", "active_ranges"})
 		for _, s := range rep.Timeline {
-			_ = w.Write([]string{strconv.FormatFloat(s.Seconds, 'f', 3, 64), strconv.Itoa(s.Created), strconv.Itoa(s.Scheduled), strconv.Itoa(s.Running)})
+			_ = w.Write([]string{strconv.FormatFloat(s.Seconds, 'f', 3, 64), strconv.Itoa(s.Created), strconv.Itoa(s.Scheduled), strconv.Itoa(s.Running),
+				strconv.Itoa(s.ActiveRanges)})
 		}
 		w.Flush()
 		return w.Error()
@@ -54,6 +55,17 @@ func (r *vmiRun) writeOut(dir string, rep *Report) error {
 	title := fmt.Sprintf("%s: %d VMIs, %d replicas", rep.Scenario, rep.VMIs, rep.Replicas)
 	if err := writeFile(filepath.Join(dir, "throughput.svg"), func(f *os.File) error {
 		return plot.Lines(f, plot.Chart{Title: title, XLabel: "seconds", YLabel: "VMIs"}, timelineSeries(rep.Timeline))
+	}); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, "ranges.svg"), func(f *os.File) error {
+		active := plot.Series{Name: "ranges acted on"}
+		for _, s := range rep.Timeline {
+			if s.ActiveRanges >= 0 {
+				active.Points = append(active.Points, [2]float64{s.Seconds, float64(s.ActiveRanges)})
+			}
+		}
+		return plot.Lines(f, plot.Chart{Title: title + ": ranges acted on", XLabel: "seconds", YLabel: "ranges"}, []plot.Series{active})
 	}); err != nil {
 		return err
 	}

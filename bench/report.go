@@ -72,6 +72,17 @@ type Report struct {
 	FaultLatencySeconds *Percentiles `json:"faultLatencySeconds,omitempty"`
 	QuietLatencySeconds *Percentiles `json:"quietLatencySeconds,omitempty"`
 
+	// Ranges is how many hash ranges the replicas share. From the
+	// timeline's samples, once a second: MinActiveRanges is the fewest the
+	// live replicas acted on at once, first seen at MinActiveAtSeconds, and
+	// UnservedRangeSeconds adds up the ranges no replica acted on over the
+	// flow (16 ranges for 10 s are 160): the work a takeover, a handoff or a
+	// stall held up.
+	Ranges               int     `json:"ranges"`
+	MinActiveRanges      int     `json:"minActiveRanges"`
+	MinActiveAtSeconds   float64 `json:"minActiveAtSeconds"`
+	UnservedRangeSeconds float64 `json:"unservedRangeSeconds"`
+
 	// Latency scenario: the open-loop runs (at --rate and at half the
 	// throughput measured first).
 	LatencyRuns []LatencyRun `json:"latencyRuns,omitempty"`
@@ -164,6 +175,11 @@ func (r *Report) writeText(out io.Writer) {
 		fmt.Fprintf(out, "VMIs/s by tenth of the VMIs, to Running: %s; to Scheduled: %s\n",
 			formatRates(r.VMIsPerSecondByTenth), formatRates(r.ScheduledPerSecondByTenth))
 	}
+	if r.Ranges > 0 && r.DurationSeconds > 0 {
+		fmt.Fprintf(out, "ranges acted on: at least %d of %d (first at %.0f s); %.0f range-seconds unserved, %.2f%% of the flow's\n",
+			r.MinActiveRanges, r.Ranges, r.MinActiveAtSeconds, r.UnservedRangeSeconds,
+			100*r.UnservedRangeSeconds/(float64(r.Ranges)*r.DurationSeconds))
+	}
 	if len(r.HandoffSeconds) > 0 {
 		fmt.Fprintf(out, "takeover %.2f s (each: %v)\n", r.TakeoverSeconds, r.HandoffSeconds)
 	}
@@ -236,6 +252,24 @@ func formatRates(rates []float64) string {
 		parts[i] = fmt.Sprintf("%.0f", r)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// setAvailability computes the range figures from the timeline, of ranges
+// shared ranges; samples without a count (-1) are skipped.
+func (r *Report) setAvailability(ranges int) {
+	r.Ranges, r.MinActiveRanges = ranges, ranges
+	last := 0.0
+	for _, s := range r.Timeline {
+		if s.ActiveRanges < 0 {
+			continue
+		}
+		if s.ActiveRanges < r.MinActiveRanges {
+			r.MinActiveRanges, r.MinActiveAtSeconds = s.ActiveRanges, s.Seconds
+		}
+		// A sample stands for the second before it.
+		r.UnservedRangeSeconds += float64(max(ranges-s.ActiveRanges, 0)) * (s.Seconds - last)
+		last = s.Seconds
+	}
 }
 
 // setTenths computes the by-tenth rates from the timeline.

@@ -278,7 +278,7 @@ func cpuDelta(before, after map[string]float64) map[string]float64 {
 func (r *vmiRun) newFlow(prefix string, count int, rate float64) *flow {
 	return newFlow(r.kv, flowOptions{Namespace: r.ns, Prefix: prefix, Count: count, Creators: r.o.Creators, Rate: rate,
 		Spread:  r.scenario == ScenarioMigrations,
-		Timeout: r.o.timeout(count), Stall: 2 * time.Minute, Progress: r.progress, Ranges: r.fleet.rangesLine})
+		Timeout: r.o.timeout(count), Stall: 2 * time.Minute, Progress: r.progress, Ranges: r.fleet.activeRanges})
 }
 
 // measured is a flow run with the API server's and the replicas' counters
@@ -346,6 +346,7 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 		}
 	}
 	rep.setTenths()
+	rep.setAvailability(r.fleet.ranges)
 	r.cdfs = append(r.cdfs, cdf{"creation→Running (timestamps)", m.Latency}, cdf{"creation→Scheduled (timestamps)", m.Handoff},
 		cdf{"observed by the bench", m.Observed})
 	return rep, nil

@@ -77,8 +77,8 @@ func TestSmoke(t *testing.T) {
 			if r.Scenario == ScenarioSingleton {
 				wantRanges = 1
 			}
-			if ranges != wantRanges {
-				t.Errorf("replicas hold %d ranges, want %d", ranges, wantRanges)
+			if ranges != wantRanges || r.Ranges != wantRanges {
+				t.Errorf("replicas hold %d ranges, report says %d, want %d", ranges, r.Ranges, wantRanges)
 			}
 			wantCached := r.VMIs
 			if r.Scenario == ScenarioLatency {
@@ -113,8 +113,14 @@ func TestSmoke(t *testing.T) {
 					t.Errorf("takeover %.2f s, handoffs %v: not measured", r.TakeoverSeconds, r.HandoffSeconds)
 				}
 			}
+			// A killed replica's ranges wait a lease duration for new
+			// holders: the once-a-second samples must see them unserved.
+			if r.Scenario == ScenarioFailover && (r.MinActiveRanges >= r.Ranges || r.UnservedRangeSeconds <= 0) {
+				t.Errorf("failover: at least %d of %d ranges acted on, %.1f range-seconds unserved: the takeover went unseen",
+					r.MinActiveRanges, r.Ranges, r.UnservedRangeSeconds)
+			}
 			dir := filepath.Join(o.Out, run.dir())
-			for _, file := range []string{"report.json", "timeline.csv", "latency.csv", "throughput.svg", "latency-cdf.svg", "cpu-kube-apiserver.pprof", "cpu-virtshard-0.pprof"} {
+			for _, file := range []string{"report.json", "timeline.csv", "latency.csv", "throughput.svg", "ranges.svg", "latency-cdf.svg", "cpu-kube-apiserver.pprof", "cpu-virtshard-0.pprof"} {
 				if fi, err := os.Stat(filepath.Join(dir, file)); err != nil || fi.Size() == 0 {
 					t.Errorf("%s missing or empty in --out: %v", file, err)
 				}
