@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -78,11 +77,11 @@ func (e *env) startChaos(dir string, replicas int) (*chaosSetup, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	log, err := os.Stat(e.copts.AuditLogPath())
+	auditFrom, err := e.copts.AuditLogEnd()
 	if err != nil {
-		return nil, fmt.Errorf("the cluster's audit log (recreate the cluster: make cluster-down cluster-up): %w", err)
+		return nil, err
 	}
-	c := &chaosSetup{auditFrom: log.Size()}
+	c := &chaosSetup{auditFrom: auditFrom}
 	cfg, err := e.copts.RESTConfig()
 	if err != nil {
 		return nil, err
@@ -332,14 +331,11 @@ func (r *vmiRun) checkAudit(ctx context.Context) (audit.Result, error) {
 			owner["pods/"+p.Name] = i
 		}
 	}
-	f, err := os.Open(r.copts.AuditLogPath())
+	f, err := r.copts.OpenAuditLog(r.chaosSetup.auditFrom)
 	if err != nil {
 		return audit.Result{}, err
 	}
 	defer f.Close()
-	if _, err := f.Seek(r.chaosSetup.auditFrom, io.SeekStart); err != nil {
-		return audit.Result{}, err
-	}
 	return audit.Checker{
 		LeaseNamespace: r.leases, LeasePrefix: "virtshard-range-", LeaseDuration: shard.DefaultLeaseDuration,
 		RangeOf: func(resource, namespace, name string) (int, bool) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/audit"
+	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/cluster/clustertest"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/bench/workload"
@@ -41,12 +41,7 @@ func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
 
 	// The replicas authenticate as the one user the cluster's API server
 	// audits; the run's events follow what the audit log already holds.
-	auditLog, err := os.Open(opts.AuditLogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer auditLog.Close()
-	start, err := auditLog.Seek(0, io.SeekEnd)
+	start, err := opts.AuditLogEnd()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +123,11 @@ func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
 			owner["pods/"+p.Name] = i
 		}
 	}
+	auditLog, err := opts.OpenAuditLog(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auditLog.Close()
 	res, err := audit.Checker{
 		LeaseNamespace: ns, LeasePrefix: "virtshard-range-", LeaseDuration: shard.DefaultLeaseDuration,
 		RangeOf: func(resource, namespace, name string) (int, bool) {
@@ -146,21 +146,23 @@ func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
 		t.Errorf("fenced-write violation: %s", v)
 	}
 	if len(res.Violations) > 0 {
-		logLeaseWrites(t, auditLog, start, ns, res.Violations)
+		logLeaseWrites(t, opts, start, ns, res.Violations)
 	}
 }
 
 // logLeaseWrites logs every write to the Leases of the violated ranges, for
 // a failure that the cluster's audit log will not outlive.
-func logLeaseWrites(t *testing.T, log *os.File, from int64, ns string, violations []audit.Violation) {
+func logLeaseWrites(t *testing.T, opts cluster.Options, from int64, ns string, violations []audit.Violation) {
 	leases := map[string]bool{}
 	for _, v := range violations {
 		leases[fmt.Sprintf("virtshard-range-%d", v.Range)] = true
 	}
-	if _, err := log.Seek(from, io.SeekStart); err != nil {
+	log, err := opts.OpenAuditLog(from)
+	if err != nil {
 		t.Fatal(err)
 	}
-	err := audit.Scan(log, func(ev *auditv1.Event) error {
+	defer log.Close()
+	err = audit.Scan(log, func(ev *auditv1.Event) error {
 		if ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns || !leases[ev.ObjectRef.Name] {
 			return nil
 		}

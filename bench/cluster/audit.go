@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -66,6 +67,29 @@ func (o Options) auditArgs() ([]string, error) {
 // AuditLogPath is the cluster API server's audit log.
 func (o Options) AuditLogPath() string {
 	return filepath.Join(o.Workdir(), "clusters", o.Name, "logs", "audit.log")
+}
+
+// AuditLogEnd is the audit log's size now: the events of the requests that
+// follow are written after it.
+func (o Options) AuditLogEnd() (int64, error) {
+	fi, err := os.Stat(o.AuditLogPath())
+	if err != nil {
+		return 0, fmt.Errorf("the cluster's audit log (recreate the cluster: make cluster-down cluster-up): %w", err)
+	}
+	return fi.Size(), nil
+}
+
+// OpenAuditLog opens the audit log at offset from, an AuditLogEnd.
+func (o Options) OpenAuditLog(from int64) (*os.File, error) {
+	f, err := os.Open(o.AuditLogPath())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // audited reports whether the running cluster was created with the audit
