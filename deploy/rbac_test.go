@@ -19,7 +19,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -91,54 +93,22 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// parseAccess reads verb, group and resource from a resource request's URL
-// (/api/v1/... or /apis/group/version/...); discovery and other
-// non-resource paths are not resource requests.
+// requests parses API paths as the API server's authorizer does.
+var requests = &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+
+// parseAccess reads verb, group and resource (with its subresource) from a
+// resource request, as RBAC sees it; discovery and other non-resource paths
+// are not resource requests.
 func parseAccess(req *http.Request) (access, bool) {
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	var group string
-	switch {
-	case len(parts) >= 3 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 4 && parts[0] == "apis":
-		group, parts = parts[1], parts[3:]
-	default:
+	info, err := requests.NewRequestInfo(req)
+	if err != nil || !info.IsResourceRequest {
 		return access{}, false
 	}
-	if len(parts) >= 3 && parts[0] == "namespaces" {
-		parts = parts[2:]
+	resource := info.Resource
+	if info.Subresource != "" {
+		resource += "/" + info.Subresource
 	}
-	resource := parts[0]
-	if len(parts) >= 3 {
-		resource += "/" + parts[2]
-	}
-	named := len(parts) >= 2
-	var verb string
-	switch req.Method {
-	case http.MethodGet:
-		switch {
-		case req.URL.Query().Get("watch") == "true":
-			verb = "watch"
-		case named:
-			verb = "get"
-		default:
-			verb = "list"
-		}
-	case http.MethodPost:
-		verb = "create"
-	case http.MethodPut:
-		verb = "update"
-	case http.MethodPatch:
-		verb = "patch"
-	case http.MethodDelete:
-		verb = "delete"
-		if !named {
-			verb = "deletecollection"
-		}
-	default:
-		return access{}, false
-	}
-	return access{verb, group, resource}, true
+	return access{info.Verb, info.APIGroup, resource}, true
 }
 
 // grants expands RBAC rules into the accesses they allow.

@@ -5,10 +5,11 @@ package clientmetrics
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 )
 
@@ -50,46 +51,28 @@ type counting struct {
 	writes *Writes
 }
 
+// requests parses API paths as the API server does (for RBAC and audit).
+var requests = &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+
 func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
-	verb := ""
 	switch r.Method {
-	case http.MethodPost:
-		verb = "create"
-	case http.MethodPut:
-		verb = "update"
-	case http.MethodPatch:
-		verb = "patch"
-	case http.MethodDelete:
-		verb = "delete"
-	}
-	if verb != "" {
-		c.writes.counter.WithLabelValues(resourceOf(r.URL.Path), verb).Inc()
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		c.writes.counter.WithLabelValues(writeOf(r)).Inc()
 	}
 	return c.next.RoundTrip(r)
 }
 
-// resourceOf extracts the resource (and subresource) from an API path:
-// /api/v1/namespaces/ns/pods/name/status → pods/status.
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	// Skip /api/v1 or /apis/group/version.
+// writeOf is a write's resource (with its subresource) and verb, as RBAC
+// names them: PATCH /api/v1/namespaces/ns/pods/name/status is a patch of
+// pods/status. A path that names no resource is "other".
+func writeOf(r *http.Request) (resource, verb string) {
+	info, err := requests.NewRequestInfo(r)
 	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
+	case err != nil || !info.IsResourceRequest:
+		return "other", info.Verb
+	case info.Subresource != "":
+		return info.Resource + "/" + info.Subresource, info.Verb
 	default:
-		return "other"
-	}
-	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) != 2 {
-		parts = parts[2:]
-	}
-	switch len(parts) {
-	case 0:
-		return "other"
-	case 1, 2:
-		return parts[0]
-	default:
-		return parts[0] + "/" + parts[2]
+		return info.Resource, info.Verb
 	}
 }
