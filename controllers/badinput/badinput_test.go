@@ -59,12 +59,8 @@ type badCase struct {
 const foreignFinalizer = "example.com/keep"
 
 func TestBadInput(t *testing.T) {
-	cfg := clustertest.Config(t)
-	kv, err := kubevirt.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ns: clustertest.Namespace(t), kube: kubernetes.NewForConfigOrDie(cfg), kv: kv}
+	ns, kube, kv := controllertest.Clients(t)
+	e := &env{t: t, ns: ns, kube: kube, kv: kv}
 	logs := captureV0Logs(t)
 	e.replicas = controllertest.StartN(t, e.ns, 3, nil)
 
@@ -115,7 +111,7 @@ func TestBadInput(t *testing.T) {
 	t.Logf("%v adds and %v retries while the cases ran; in 20 s of quiet after: %v adds, %v retries (3 replicas)",
 		before["adds"], before["retries"], after["adds"]-before["adds"], after["retries"]-before["retries"])
 
-	checkV0Logs(t, logs, cfg)
+	checkV0Logs(t, logs, clustertest.Config(t))
 }
 
 // secret is carried by every object the cases create (an annotation, and a

@@ -13,13 +13,27 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/virtshard/virtshard/bench/cluster/clustertest"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
+	"github.com/virtshard/virtshard/controllers/kubevirt"
 )
+
+// Clients returns a fresh namespace of the local cluster for t, and clients
+// of the cluster.
+func Clients(t testing.TB) (ns string, kube kubernetes.Interface, kv *kubevirt.Clientset) {
+	t.Helper()
+	cfg := clustertest.Config(t)
+	kv, err := kubevirt.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clustertest.Namespace(t), kubernetes.NewForConfigOrDie(cfg), kv
+}
 
 // Replica is one replica running in the test process.
 type Replica struct {

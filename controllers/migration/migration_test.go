@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/bench/cluster/clustertest"
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
 	"github.com/virtshard/virtshard/controllers/controllertest"
@@ -31,12 +30,8 @@ type env struct {
 }
 
 func newEnv(t *testing.T) *env {
-	cfg := clustertest.Config(t)
-	kv, err := kubevirt.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, ns: clustertest.Namespace(t), kube: kubernetes.NewForConfigOrDie(cfg), kv: kv}
+	ns, kube, kv := controllertest.Clients(t)
+	return &env{t: t, ns: ns, kube: kube, kv: kv}
 }
 
 // runningVMIs creates n VMIs and waits until all run; it returns their

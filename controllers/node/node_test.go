@@ -40,12 +40,8 @@ type env struct {
 }
 
 func newEnv(t *testing.T) *env {
-	cfg := clustertest.Config(t)
-	kv, err := kubevirt.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ns: clustertest.Namespace(t), kube: kubernetes.NewForConfigOrDie(cfg), kv: kv}
+	ns, kube, kv := controllertest.Clients(t)
+	e := &env{t: t, ns: ns, kube: kube, kv: kv}
 	controllertest.StartN(t, e.ns, 3, func(o *app.Options) { o.NodeGracePeriod = gracePeriod })
 	return e
 }

@@ -40,16 +40,12 @@ type env struct {
 // newEnv starts 3 replicas over a fresh namespace.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cfg := clustertest.Config(t)
-	kv, err := kubevirt.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, kube, kv := controllertest.Clients(t)
 	ranges, err := shard.NewRanges(shard.DefaultRangeCount, shard.KeyUID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ns: clustertest.Namespace(t), kube: kubernetes.NewForConfigOrDie(cfg), kv: kv, ranges: ranges}
+	e := &env{t: t, ns: ns, kube: kube, kv: kv, ranges: ranges}
 	controllertest.StartN(t, e.ns, 3, func(o *app.Options) { o.MaxStartBackoff = maxStartBackoff })
 	return e
 }

@@ -36,12 +36,8 @@ type env struct {
 
 func newEnv(t *testing.T, replicas int) *env {
 	t.Helper()
-	cfg := clustertest.Config(t)
-	kv, err := kubevirt.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ns: clustertest.Namespace(t), kube: kubernetes.NewForConfigOrDie(cfg), kv: kv}
+	ns, kube, kv := controllertest.Clients(t)
+	e := &env{t: t, ns: ns, kube: kube, kv: kv}
 	e.replicas = controllertest.StartN(t, e.ns, replicas, nil)
 	return e
 }
