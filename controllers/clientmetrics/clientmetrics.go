@@ -22,7 +22,7 @@ type Writes struct {
 func NewWrites(reg prometheus.Registerer) *Writes {
 	w := &Writes{counter: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "virtshard_api_writes_total",
-		Help: "API writes (create, update, patch, delete) sent by this process, by resource and verb, counted client-side.",
+		Help: "API writes (create, update, patch, delete, deletecollection) sent by this process, by resource and verb, counted client-side.",
 	}, []string{"resource", "verb"})}
 	reg.MustRegister(w.counter)
 	return w
