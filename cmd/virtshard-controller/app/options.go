@@ -32,7 +32,10 @@ type Options struct {
 	RetryPeriod   time.Duration
 	// SuspectAfter is when others start warming a silent replica's ranges;
 	// zero means the shard default (two retry periods).
-	SuspectAfter  time.Duration
+	SuspectAfter time.Duration
+	// WarmCaches starts the informers of a suspect replica's ranges before
+	// they are taken over (shard.Preparer); off, they sync after the claim.
+	WarmCaches    bool
 	Workers       int
 	StatusWorkers int
 	QPS           float64
@@ -86,6 +89,7 @@ func NewOptions() *Options {
 		LeaseDuration: shard.DefaultLeaseDuration,
 		RenewDeadline: shard.DefaultRenewDeadline,
 		RetryPeriod:   shard.DefaultRetryPeriod,
+		WarmCaches:    true,
 		Workers:       8,
 		StatusWorkers: 8,
 		QPS:           200,
@@ -122,6 +126,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "stop acting on a range this long after its last renewal started")
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "lease renew and retry period")
 	fs.DurationVar(&o.SuspectAfter, "suspect-after", o.SuspectAfter, "warm the caches of a replica's ranges once its member lease is unchanged this long, to take them over fast if it dies; 0: two retry periods, at most the renew deadline")
+	fs.BoolVar(&o.WarmCaches, "warm-caches", o.WarmCaches, "start the informers of a suspect replica's ranges before taking them over; false: sync them after the claim (less memory and API load while a replica only looks dead, slower takeovers at large object counts)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "reconcile workers of each controller")
 	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "concurrent status patches")
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "client QPS to the API server")

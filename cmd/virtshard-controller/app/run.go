@@ -142,6 +142,11 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Without warm caches the manager sees a plain Handler, no Preparer.
+	var handler shard.Handler = rangeCaches
+	if !o.WarmCaches {
+		handler = struct{ shard.Handler }{rangeCaches}
+	}
 	manager, err = shard.NewManager(shard.Config{
 		Client:        kube,
 		Namespace:     o.Namespace,
@@ -152,7 +157,7 @@ func (o *Options) Run(ctx context.Context) error {
 		RenewDeadline: o.RenewDeadline,
 		RetryPeriod:   o.RetryPeriod,
 		SuspectAfter:  o.SuspectAfter,
-		Handler:       rangeCaches,
+		Handler:       handler,
 		Metrics:       shardMetrics,
 	})
 	if err != nil {
