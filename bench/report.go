@@ -255,20 +255,23 @@ func formatRates(rates []float64) string {
 }
 
 // setAvailability computes the range figures from the timeline, of ranges
-// shared ranges; samples without a count (-1) are skipped.
+// shared ranges; samples without a count (-1) are skipped, and without any
+// count the figures stay unset.
 func (r *Report) setAvailability(ranges int) {
-	r.Ranges, r.MinActiveRanges = ranges, ranges
-	last := 0.0
+	minActive, minAt, unserved, last, counted := ranges, 0.0, 0.0, 0.0, false
 	for _, s := range r.Timeline {
 		if s.ActiveRanges < 0 {
 			continue
 		}
-		if s.ActiveRanges < r.MinActiveRanges {
-			r.MinActiveRanges, r.MinActiveAtSeconds = s.ActiveRanges, s.Seconds
+		if s.ActiveRanges < minActive {
+			minActive, minAt = s.ActiveRanges, s.Seconds
 		}
-		// A sample stands for the second before it.
-		r.UnservedRangeSeconds += float64(max(ranges-s.ActiveRanges, 0)) * (s.Seconds - last)
-		last = s.Seconds
+		// A sample stands for the time since the one before it.
+		unserved += float64(max(ranges-s.ActiveRanges, 0)) * (s.Seconds - last)
+		last, counted = s.Seconds, true
+	}
+	if counted {
+		r.Ranges, r.MinActiveRanges, r.MinActiveAtSeconds, r.UnservedRangeSeconds = ranges, minActive, minAt, unserved
 	}
 }
 

@@ -18,4 +18,10 @@ func TestSetAvailability(t *testing.T) {
 	if want := 16*2 + 24*1 + 24*0.5; r.UnservedRangeSeconds != want {
 		t.Errorf("%.1f range-seconds unserved, want %.1f", r.UnservedRangeSeconds, want)
 	}
+
+	none := &Report{Timeline: []Sample{{Seconds: 1, ActiveRanges: -1}}}
+	none.setAvailability(64)
+	if none.Ranges != 0 || none.MinActiveRanges != 0 {
+		t.Errorf("no sample counted ranges, yet the report says %d of %d", none.MinActiveRanges, none.Ranges)
+	}
 }

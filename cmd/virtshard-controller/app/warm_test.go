@@ -29,12 +29,12 @@ func TestWarmCachesFlag(t *testing.T) {
 				arg = "--warm-caches=false"
 			}
 			procs := controllertest.StartProcesses(t, ns, 3, arg)
-			if _, err := sumUntil(procs, "virtshard_shard_ranges_active", shard.DefaultRangeCount, time.Minute); err != nil {
+			if _, err := activeUntil(procs, shard.DefaultRangeCount, time.Minute); err != nil {
 				t.Fatalf("the replicas did not act on every range: %v", err)
 			}
 
 			procs[0].Kill()
-			prepared, err := sumUntil(procs[1:], "virtshard_shard_ranges_active", shard.DefaultRangeCount, time.Minute)
+			prepared, err := activeUntil(procs[1:], shard.DefaultRangeCount, time.Minute)
 			if err != nil {
 				t.Fatalf("the dead replica's ranges were not taken over: %v", err)
 			}
@@ -49,22 +49,20 @@ func TestWarmCachesFlag(t *testing.T) {
 	}
 }
 
-// sumUntil polls procs every 200 ms until the sum of the gauge name over
-// them is want, and returns the most ranges they had prepared at once in
-// the meantime.
-func sumUntil(procs []*replicas.Replica, name string, want int, timeout time.Duration) (maxPrepared int, err error) {
-	sum := func(ctx context.Context, gauge string) int {
-		total := 0.0
+// activeUntil polls procs every 200 ms, one scrape each, until they act
+// on want ranges together, and returns the most ranges they had prepared at
+// once in the meantime.
+func activeUntil(procs []*replicas.Replica, want int, timeout time.Duration) (maxPrepared int, err error) {
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		active, prepared := 0.0, 0.0
 		for _, r := range procs {
 			if families, err := r.Metrics(ctx); err == nil {
-				total += replicas.Sum(families, gauge, nil)
+				active += replicas.Sum(families, "virtshard_shard_ranges_active", nil)
+				prepared += replicas.Sum(families, "virtshard_shard_ranges_prepared", nil)
 			}
 		}
-		return int(total)
-	}
-	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		maxPrepared = max(maxPrepared, sum(ctx, "virtshard_shard_ranges_prepared"))
-		return sum(ctx, name) == want, nil
+		maxPrepared = max(maxPrepared, int(prepared))
+		return int(active) == want, nil
 	})
 	return maxPrepared, err
 }
