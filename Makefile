@@ -50,6 +50,7 @@ help: ## Show this help.
 
 .PHONY: test
 test: tools verify ## Run every test: unit, integration (on the local cluster), verify, and each fuzz target briefly.
+	$(MAKE) --no-print-directory conformance
 	$(GO) test $(TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
@@ -168,10 +169,24 @@ $(BIN)/.vulndb.stamp: Makefile
 # pinned tool like those in bench/cluster/tools and keeps the local Go.
 CRDGEN_ENV := GONOSUMDB=kubevirt.io/kubevirt GOTOOLCHAIN=local
 
+# The conformance reference module (test/conformance/reference) runs
+# KubeVirt v1.8.1's own code: virt-api's defaults and virt-controller's
+# template service on the corpus, virt-config on the cluster-config cases.
+REFERENCE := $(ROOT)/test/conformance/reference
+GENERATED := deploy/crds docs/config.md test/conformance/testdata/kubevirt controllers/clusterconfig/testdata/kubevirt-v1.8.1.json
+
 .PHONY: generate
-generate: ## Regenerate the KubeVirt CRDs in deploy/crds (from kubevirt.io/kubevirt) and docs/config.md (from the flags).
+generate: ## Regenerate the KubeVirt CRDs (deploy/crds), docs/config.md, and KubeVirt's own renderings the conformance tests hold virtshard against.
 	rm -rf deploy/crds && cd $(TOOLS)/crdgen && $(CRDGEN_ENV) $(GO) run . $(ROOT)/deploy/crds
 	$(GO) run ./cmd/virtshard-docs docs/config.md
+	rm -rf test/conformance/testdata/kubevirt && mkdir -p $(BIN)
+	cd $(REFERENCE) && $(CRDGEN_ENV) $(GO) run . --out ../testdata/kubevirt ../corpus/*.yaml
+	cd $(REFERENCE) && $(CRDGEN_ENV) $(GO) run ./clusterconfig $(ROOT)/controllers/clusterconfig/testdata/cases.yaml \
+	  > $(ROOT)/controllers/clusterconfig/testdata/kubevirt-v1.8.1.json 2>$(BIN)/clusterconfig-reference.log
+
+.PHONY: conformance
+conformance: ## Hold virtshard's launcher pods and virt-api defaults against KubeVirt v1.8.1's (part of make test); prints the share of equal fields.
+	@set -o pipefail; $(GO) test -count=1 -v -run '^TestConformance|^TestAPIDefaults' ./test/conformance/ | { grep -Ev '(100\.0% of|^=== RUN)' || true; }
 
 .PHONY: verify
 verify: generate tools ## Fail on stale generated files, gofmt, go vet, untidy modules, or RBAC that differs from what the controllers call.
@@ -181,8 +196,9 @@ verify: generate tools ## Fail on stale generated files, gofmt, go vet, untidy m
 	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) -db file://$(BIN)/vulndb ./...
 	$(GO) mod tidy -diff
 	@for m in kube etcd kwok; do (cd $(TOOLS)/$$m && GOTOOLCHAIN=local $(GO) mod tidy -diff) || exit 1; done
-	@git diff --exit-code -- deploy/crds docs/config.md || { echo "deploy/crds or docs/config.md is stale: run make generate"; exit 1; }
-	@test -z "$$(git status --porcelain -- deploy/crds docs/config.md)" || { echo "deploy/crds or docs/config.md has uncommitted changes: run make generate and commit"; exit 1; }
+	@for m in $(TOOLS)/crdgen $(REFERENCE); do (cd $$m && $(CRDGEN_ENV) $(GO) mod tidy -diff && $(CRDGEN_ENV) $(GO) vet ./...) || exit 1; done
+	@git diff --exit-code -- $(GENERATED) || { echo "generated files are stale: run make generate"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { echo "generated files have uncommitted changes: run make generate and commit"; exit 1; }
 	# The replicas run under deploy/'s RBAC on the local cluster: every call
 	# granted, every grant called (deploy/rbac_test.go; 8 s alone here).
 	$(GO) test -count=1 -run '^TestRBAC' ./deploy/

@@ -39,6 +39,9 @@ const (
 	DefaultPodsPerNode = 5000
 	nodeCPU            = "2000"
 	nodeMemory         = "4Ti"
+	// Launcher pods request 50M of ephemeral storage each (KubeVirt's
+	// WithEphemeralStorageRequest), plus their container disks' share.
+	nodeEphemeralStorage = "1Pi"
 )
 
 // KubeVirt's device-plugin resources, which virt-handler advertises on every
@@ -73,9 +76,10 @@ func EnsureNodes(ctx context.Context, client kubernetes.Interface, opts NodeOpti
 // tainted as the bench's nodes are.
 func NewNode(name string, pods int64) *corev1.Node {
 	resources := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse(nodeCPU),
-		corev1.ResourceMemory: resource.MustParse(nodeMemory),
-		corev1.ResourcePods:   *resource.NewQuantity(pods, resource.DecimalSI),
+		corev1.ResourceCPU:              resource.MustParse(nodeCPU),
+		corev1.ResourceMemory:           resource.MustParse(nodeMemory),
+		corev1.ResourceEphemeralStorage: resource.MustParse(nodeEphemeralStorage),
+		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
 	}
 	for _, device := range kubevirtDevices {
 		resources[device] = *resource.NewQuantity(pods, resource.DecimalSI)

@@ -10,13 +10,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
 
-// FuzzRender renders arbitrary VMIs (JSON): whatever the spec, Render
-// returns an error or a launcher pod with a valid name, the range label,
-// and a positive memory request that covers the guest's memory.
+// FuzzRender renders arbitrary VMIs (JSON): whatever the spec, a VMI that
+// passes validation renders to an error or to a launcher pod with a valid
+// name, the range label, and a memory request that covers the guest's.
+// The seeds are the conformance corpus as virt-api stored it.
 func FuzzRender(f *testing.F) {
-	inputs, err := filepath.Glob("testdata/*.vmi.yaml")
+	inputs, err := filepath.Glob("../../test/conformance/testdata/kubevirt/*.vmi.yaml")
 	if err != nil || len(inputs) == 0 {
 		f.Fatalf("no seed VMIs: %v", err)
 	}
@@ -31,6 +34,7 @@ func FuzzRender(f *testing.F) {
 		}
 		f.Add(js, uint16(5))
 	}
+	cluster := clusterconfig.DefaultConfig("amd64")
 	f.Fuzz(func(t *testing.T, data []byte, rng uint16) {
 		vmi := &virtv1.VirtualMachineInstance{}
 		if err := json.Unmarshal(data, vmi); err != nil {
@@ -38,10 +42,10 @@ func FuzzRender(f *testing.F) {
 		}
 		opts := DefaultOptions()
 		ApplyDefaults(vmi, opts)
-		if err := ValidateNetworks(vmi); err != nil {
+		if ValidateNetworks(vmi) != nil || ValidateVolumes(vmi) != nil || ValidateMemory(vmi) != nil {
 			return
 		}
-		pod, err := Render(vmi, int(rng), opts)
+		pod, err := Render(vmi, int(rng), opts, cluster, &StaticObjects{})
 		if err != nil {
 			return
 		}
@@ -51,13 +55,17 @@ func FuzzRender(f *testing.F) {
 		if pod.Labels[opts.RangeLabel] != strconv.Itoa(int(rng)) {
 			t.Fatalf("range label %q, want %d", pod.Labels[opts.RangeLabel], rng)
 		}
-		guest, err := GuestMemory(vmi)
-		if err != nil {
-			t.Fatalf("Render succeeded but GuestMemory fails: %v", err)
+		// KubeVirt requests the requested memory, else the guest's, plus
+		// the overhead.
+		guest, requested := vmi.Spec.Domain.Resources.Requests[corev1.ResourceMemory]
+		if m := vmi.Spec.Domain.Memory; (!requested || guest.IsZero()) && m != nil && m.Guest != nil {
+			guest = *m.Guest
 		}
 		memory := pod.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory]
-		if memory.Sign() <= 0 || memory.Cmp(guest) < 0 {
-			t.Fatalf("memory request %s for guest memory %s", memory.String(), guest.String())
+		if hugepages := vmi.Spec.Domain.Memory; hugepages == nil || hugepages.Hugepages == nil {
+			if memory.Sign() <= 0 || memory.Cmp(guest) < 0 {
+				t.Fatalf("memory request %s for guest memory %s", memory.String(), guest.String())
+			}
 		}
 	})
 }

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -27,6 +26,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/profiling"
@@ -60,6 +60,11 @@ type Config struct {
 	// Cluster are the cluster-wide caches, run by the caller.
 	Cluster *caches.Cluster
 	Options template.Options
+	// ClusterConfig is the KubeVirt CR's configuration, current.
+	ClusterConfig interface{ Current() *clusterconfig.Config }
+	// Objects are the cluster-wide caches the launcher pod depends on, run
+	// by the caller.
+	Objects *caches.TemplateObjects
 	// LazyStatusWait is how long an intermediate phase (Scheduling) may wait
 	// to ride along with the next status patch while the batcher is idle;
 	// BusyStatusWait while it holds at least BusyDepth objects.
@@ -93,7 +98,6 @@ type Controller struct {
 	// inflight[i] counts syncs of range i under way.
 	inflight []atomic.Int32
 
-	pvcs cache.SharedIndexInformer
 	// dataVolumes is nil when the cluster has no CDI DataVolume CRD.
 	dataVolumes cache.SharedIndexInformer
 }
@@ -139,12 +143,6 @@ func New(cfg Config) (*Controller, error) {
 	c.broadcaster = record.NewBroadcaster()
 	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
 
-	pvcGVR := schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
-	// Only names matter for storage readiness: a metadata-only, cluster-wide
-	// cache of PVCs is small whatever the range split.
-	c.pvcs = metadatainformer.NewFilteredMetadataInformer(cfg.Metadata, pvcGVR, cfg.Namespace, 0, cache.Indexers{}, nil).Informer()
-	// SetTransform fails only on a started informer; these are new.
-	_ = c.pvcs.SetTransform(shard.TrimForCache)
 	err := cfg.Caches.Register(c, cache.Indexers{byClaim: claimIndex}, cache.Indexers{byVMIUID: func(obj any) ([]string, error) {
 		return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
 	}}, nil)
@@ -171,7 +169,7 @@ func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}
 	defer c.broadcaster.Shutdown()
 	defer c.queue.ShutDown()
 
-	if _, err := c.pvcs.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvcAdded}); err != nil {
+	if _, err := c.cfg.Objects.PVCInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvcAdded}); err != nil {
 		return err
 	}
 	migrationChanged := func(obj any) {
@@ -189,8 +187,7 @@ func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}
 	}); err != nil {
 		return err
 	}
-	go c.pvcs.RunWithContext(ctx)
-	synced := []cache.InformerSynced{c.pvcs.HasSynced, c.cfg.Cluster.Migrations.HasSynced}
+	synced := []cache.InformerSynced{c.cfg.Objects.PVCInformer.HasSynced, c.cfg.Cluster.Migrations.HasSynced}
 	if dv, err := c.startDataVolumes(ctx); err != nil {
 		return err
 	} else if dv != nil {
@@ -467,8 +464,8 @@ func (c *Controller) enqueueKey(key string) {
 
 // pvcAdded wakes the VMIs waiting for the claim.
 func (c *Controller) pvcAdded(obj any) {
-	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		c.claimChanged(m.Namespace + "/" + m.Name)
+	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		c.claimChanged(pvc.Namespace + "/" + pvc.Name)
 	}
 }
 

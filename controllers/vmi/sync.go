@@ -170,7 +170,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 		c.blocked(it, cached, corev1.EventTypeWarning, ReasonInvalidNetwork, err.Error())
 		return nil
 	}
-	if err := template.ValidateVolumes(vmi); err != nil {
+	if err := errors.Join(template.ValidateVolumes(vmi), template.ValidateMemory(vmi)); err != nil {
 		c.blocked(it, cached, corev1.EventTypeWarning, ReasonInvalidSpec, err.Error())
 		return nil
 	}
@@ -183,7 +183,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 		}
 	}
 	for _, claim := range template.ClaimNames(vmi) {
-		if _, exists, _ := c.pvcs.GetStore().GetByKey(vmi.Namespace + "/" + claim); !exists {
+		if _, exists := c.cfg.Objects.PVC(vmi.Namespace, claim); !exists {
 			// The PVC informer requeues this VMI when the claim appears.
 			c.blocked(it, cached, corev1.EventTypeNormal, ReasonFailedPVCNotFound,
 				fmt.Sprintf("PVC %s/%s does not exist, waiting for it", vmi.Namespace, claim))
@@ -193,10 +193,15 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	if c.activeMigration(vmi) {
 		return nil // the migration informer requeues the VMI when it ends
 	}
-	pod, err := template.Render(vmi, it.rng, c.cfg.Options)
+	pod, err := template.Render(vmi, it.rng, c.cfg.Options, c.cfg.ClusterConfig.Current(), c.cfg.Objects)
 	if err != nil {
-		c.blocked(it, cached, corev1.EventTypeWarning, ReasonInvalidSpec, err.Error())
-		return nil
+		// As KubeVirt: what is missing (a backend-storage PVC, a
+		// NetworkAttachmentDefinition) or refused (a host device the CR
+		// does not permit) may appear or change, so report it and retry
+		// with backoff.
+		message := fmt.Sprintf("failed to render launch manifest: %v", err)
+		c.blocked(it, cached, corev1.EventTypeWarning, ReasonFailedCreate, message)
+		return errors.New(message)
 	}
 	if !c.cfg.Fence.Holds(it.rng) {
 		return nil

@@ -1,0 +1,181 @@
+package caches
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// nadGVR is Multus' NetworkAttachmentDefinition; only its resourceName
+// annotation is read.
+var nadGVR = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1", Resource: "network-attachment-definitions"}
+
+// configMapTimeout bounds the GET of a hook sidecar's ConfigMap.
+const configMapTimeout = 10 * time.Second
+
+// TemplateObjects are the cluster-wide caches the launcher-pod renderer
+// reads, as KubeVirt's template service reads them: PVCs (block or
+// filesystem), namespaces and resource quotas (automatic limits), and
+// NetworkAttachmentDefinitions (SR-IOV resources), which KubeVirt GETs on
+// every render and virtshard caches, metadata only. Hook sidecars'
+// ConfigMaps are rare and read with a GET, as KubeVirt does.
+type TemplateObjects struct {
+	kube              kubernetes.Interface
+	metadata          metadata.Interface
+	namespace         string
+	PVCInformer       cache.SharedIndexInformer
+	NamespaceInformer cache.SharedIndexInformer
+	QuotaInformer     cache.SharedIndexInformer
+	// NADInformer is nil when the cluster does not serve Multus' CRD.
+	NADInformer cache.SharedIndexInformer
+}
+
+var _ template.Objects = (*TemplateObjects)(nil)
+
+// NewTemplateObjects returns the caches; Run starts them. namespace ""
+// watches all.
+func NewTemplateObjects(kube kubernetes.Interface, md metadata.Interface, namespace string) *TemplateObjects {
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(namespace))
+	t := &TemplateObjects{
+		kube:              kube,
+		metadata:          md,
+		namespace:         namespace,
+		PVCInformer:       factory.Core().V1().PersistentVolumeClaims().Informer(),
+		QuotaInformer:     factory.Core().V1().ResourceQuotas().Informer(),
+		NamespaceInformer: metadatainformer.NewFilteredMetadataInformer(md, corev1.SchemeGroupVersion.WithResource("namespaces"), "", 0, cache.Indexers{}, nil).Informer(),
+	}
+	// SetTransform fails only on a started informer; these are new.
+	_ = t.PVCInformer.SetTransform(trimPVC)
+	_ = t.QuotaInformer.SetTransform(shard.TrimForCache)
+	_ = t.NamespaceInformer.SetTransform(shard.TrimForCache)
+	return t
+}
+
+// trimPVC keeps what the controllers read of a claim: metadata (less
+// managed fields), volume mode, access modes, phase and capacity.
+func trimPVC(obj any) (any, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return obj, nil
+	}
+	pvc.ManagedFields = nil
+	pvc.Spec = corev1.PersistentVolumeClaimSpec{
+		VolumeMode:       pvc.Spec.VolumeMode,
+		AccessModes:      pvc.Spec.AccessModes,
+		Resources:        pvc.Spec.Resources,
+		StorageClassName: pvc.Spec.StorageClassName,
+	}
+	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: pvc.Status.Phase, Capacity: pvc.Status.Capacity, AccessModes: pvc.Status.AccessModes}
+	return pvc, nil
+}
+
+// Run starts the caches, with the NADs' only if the cluster serves them,
+// and waits until they synced.
+func (t *TemplateObjects) Run(ctx context.Context) error {
+	if served, err := serves(t.kube, nadGVR); err != nil {
+		return err
+	} else if served {
+		t.NADInformer = metadatainformer.NewFilteredMetadataInformer(t.metadata, nadGVR, t.namespace, 0, cache.Indexers{}, nil).Informer()
+		_ = t.NADInformer.SetTransform(shard.TrimForCache)
+	}
+	synced := []cache.InformerSynced{t.PVCInformer.HasSynced, t.QuotaInformer.HasSynced, t.NamespaceInformer.HasSynced}
+	for _, i := range []cache.SharedIndexInformer{t.PVCInformer, t.QuotaInformer, t.NamespaceInformer, t.NADInformer} {
+		if i != nil {
+			go i.RunWithContext(ctx)
+		}
+	}
+	if t.NADInformer != nil {
+		synced = append(synced, t.NADInformer.HasSynced)
+	}
+	if !cache.WaitForNamedCacheSync("template-objects", ctx.Done(), synced...) {
+		return fmt.Errorf("template caches did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+// serves tells whether the API server serves gvr, through discovery.
+func serves(kube kubernetes.Interface, gvr schema.GroupVersionResource) (bool, error) {
+	resources, err := kube.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discover %s: %w", gvr.GroupVersion(), err)
+	}
+	for _, r := range resources.APIResources {
+		if r.Name == gvr.Resource {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// PVC implements template.Objects.
+func (t *TemplateObjects) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, bool) {
+	obj, exists, _ := t.PVCInformer.GetStore().GetByKey(namespace + "/" + name)
+	if !exists {
+		return nil, false
+	}
+	return obj.(*corev1.PersistentVolumeClaim), true
+}
+
+// PVCs implements template.Objects.
+func (t *TemplateObjects) PVCs(namespace string) []*corev1.PersistentVolumeClaim {
+	objs, _ := t.PVCInformer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	out := make([]*corev1.PersistentVolumeClaim, 0, len(objs))
+	for _, obj := range objs {
+		out = append(out, obj.(*corev1.PersistentVolumeClaim))
+	}
+	return out
+}
+
+// NetworkResourceName implements template.Objects.
+func (t *TemplateObjects) NetworkResourceName(namespace, name string) (string, error) {
+	if t.NADInformer == nil {
+		return "", fmt.Errorf("networkattachmentdefinition %s/%s: the cluster serves no NetworkAttachmentDefinitions", namespace, name)
+	}
+	obj, exists, _ := t.NADInformer.GetStore().GetByKey(namespace + "/" + name)
+	if !exists {
+		return "", apierrors.NewNotFound(nadGVR.GroupResource(), name)
+	}
+	return obj.(*metav1.PartialObjectMetadata).Annotations[template.NetworkResourceNameAnnotation], nil
+}
+
+// ConfigMap implements template.Objects.
+func (t *TemplateObjects) ConfigMap(namespace, name string) (*corev1.ConfigMap, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), configMapTimeout)
+	defer cancel()
+	return t.kube.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// Namespace implements template.Objects.
+func (t *TemplateObjects) Namespace(name string) (*corev1.Namespace, bool) {
+	obj, exists, _ := t.NamespaceInformer.GetStore().GetByKey(name)
+	if !exists {
+		return nil, false
+	}
+	return &corev1.Namespace{ObjectMeta: obj.(*metav1.PartialObjectMetadata).ObjectMeta}, true
+}
+
+// ResourceQuotas implements template.Objects.
+func (t *TemplateObjects) ResourceQuotas(namespace string) []*corev1.ResourceQuota {
+	objs, _ := t.QuotaInformer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	out := make([]*corev1.ResourceQuota, 0, len(objs))
+	for _, obj := range objs {
+		out = append(out, obj.(*corev1.ResourceQuota))
+	}
+	return out
+}
