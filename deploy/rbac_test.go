@@ -56,6 +56,9 @@ var rarelyCalled = map[access]string{
 		"a VMI its create made from a foreign one of that name; the migration controller checks a VMI missing from its cache",
 	{"list", "cdi.kubevirt.io", "datavolumes"}:  "DataVolumes are watched only where CDI's DataVolume CRD is installed (not on the local cluster)",
 	{"watch", "cdi.kubevirt.io", "datavolumes"}: "the same",
+	{"list", "k8s.cni.cncf.io", "network-attachment-definitions"}: "NetworkAttachmentDefinitions are watched only where Multus' CRD is " +
+		"installed (not on the local cluster), for the launcher pod's SR-IOV resources",
+	{"watch", "k8s.cni.cncf.io", "network-attachment-definitions"}: "the same",
 }
 
 // listFallback reports whether a is a list of a resource the replica

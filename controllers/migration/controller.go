@@ -2,6 +2,8 @@ package migration
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -9,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -17,6 +18,8 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/controllers/worker"
@@ -46,13 +49,28 @@ type Config struct {
 	Cluster *caches.Cluster
 	// Namespace and Name place the permit table: <Name>-migration-permits.
 	Namespace, Name string
-	Limits          Limits
+	// Limits override the KubeVirt CR's limits; a zero field takes the
+	// CR's, read at every grant (Limits.Over).
+	Limits Limits
 	// UnschedulableTimeout fails a migration whose target pod stays
 	// unschedulable this long; PendingTimeout one whose target pod does
 	// not run this long for any reason.
 	UnschedulableTimeout time.Duration
 	PendingTimeout       time.Duration
 	Options              template.Options
+	// ClusterConfig is the KubeVirt CR's configuration, current; required.
+	ClusterConfig ClusterConfig
+	// Objects are the caches the target pod depends on, run by the caller.
+	Objects template.Objects
+	// EventMetrics count the events sent; nil for none.
+	EventMetrics *events.Metrics
+}
+
+// ClusterConfig is the KubeVirt CR's configuration as a
+// clusterconfig.Watcher serves it.
+type ClusterConfig interface {
+	Current() *clusterconfig.Config
+	OnChange(func(*clusterconfig.Config))
 }
 
 // Controller is the migration controller of one replica.
@@ -75,8 +93,11 @@ type item struct {
 
 // New returns a controller registered with cfg.Caches.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Limits == (Limits{}) {
-		cfg.Limits = DefaultLimits
+	if cfg.ClusterConfig == nil {
+		return nil, errors.New("migration controller: no cluster configuration")
+	}
+	if cfg.Limits.PerCluster < 0 || cfg.Limits.PerNode < 0 {
+		return nil, fmt.Errorf("migration controller: negative limits %+v", cfg.Limits)
 	}
 	if cfg.UnschedulableTimeout <= 0 {
 		cfg.UnschedulableTimeout = DefaultUnschedulableTimeout
@@ -93,11 +114,17 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.permits = &Permits{
 		Client: cfg.Kube, Namespace: cfg.Namespace, Name: cfg.Name + "-migration-permits",
-		Limits: cfg.Limits, Live: c.live, Grace: permitGrace, Now: time.Now,
+		Live: c.live, Grace: permitGrace, Now: time.Now,
 	}
 	c.broadcaster = record.NewBroadcaster()
 	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
 	return c, cfg.Caches.Register(c, nil, nil, nil)
+}
+
+// limits are the limits in force now: the overrides, else the KubeVirt
+// CR's as the watcher last saw them.
+func (c *Controller) limits() Limits {
+	return c.cfg.Limits.Over(c.cfg.ClusterConfig.Current().Migrations())
 }
 
 // live tells the permit table whether a migration still counts.
@@ -114,7 +141,8 @@ func (c *Controller) live(uid types.UID) (exists, final bool) {
 // must be running.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.broadcaster.StartStructuredLogging(4)
-	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
+	defer sink.Wait()
 	defer c.broadcaster.Shutdown()
 	if _, err := c.cfg.Cluster.Migrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.migrationChanged,
@@ -123,7 +151,12 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Migration controller running", "workers", workers, "perCluster", c.cfg.Limits.PerCluster, "perNode", c.cfg.Limits.PerNode)
+	// A raised limit lets waiting migrations go at once, not at their
+	// next poll.
+	c.cfg.ClusterConfig.OnChange(func(*clusterconfig.Config) { c.wakeWaiting() })
+	limits := c.limits()
+	klog.FromContext(ctx).Info("Migration controller running", "workers", workers, "perCluster", limits.PerCluster, "perNode", limits.PerNode,
+		"perClusterOverride", c.cfg.Limits.PerCluster, "perNodeOverride", c.cfg.Limits.PerNode)
 	worker.Run(ctx, "migration", workers, c.queue, c.sync)
 	return nil
 }

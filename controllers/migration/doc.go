@@ -11,7 +11,9 @@
 // was read at) before its target pod is created, and gives it back only
 // once its final phase is written. Permits belong to migrations, not to
 // replicas, so a replica dying or a range moving changes nothing: the next
-// owner finds the permit and goes on. See docs/migrations.md.
+// owner finds the permit and goes on. The limits are the KubeVirt CR's
+// (clusterconfig), read at every grant, unless the replica overrides them.
+// See docs/migrations.md.
 //
 // It does not create launcher pods for VMIs (the VMI controller does) and
 // does not play the node side (kwok's Stages do, in tests and the bench).

@@ -12,6 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
 
 // Limits are KubeVirt's migration limits, enforced cluster-wide.
@@ -24,8 +28,28 @@ type Limits struct {
 	PerNode int
 }
 
-// DefaultLimits are KubeVirt's defaults.
-var DefaultLimits = Limits{PerCluster: 5, PerNode: 2}
+// DefaultLimits are KubeVirt's defaults, in force without a KubeVirt CR
+// that sets others.
+var DefaultLimits = Limits{
+	PerCluster: int(clusterconfig.DefaultParallelMigrationsPerCluster),
+	PerNode:    int(clusterconfig.DefaultParallelOutboundMigrationsPerNode),
+}
+
+// Over returns l with each zero field taken from the KubeVirt CR's
+// migration configuration m: the limits in force when l are the overrides
+// (flags). KubeVirt reads both from its configuration at every decision,
+// and so does the controller, so that a change of the CR applies to the
+// next grant. A CR may set a limit to 0, which lets no migration start, as
+// in KubeVirt.
+func (l Limits) Over(m *virtv1.MigrationConfiguration) Limits {
+	if l.PerCluster == 0 {
+		l.PerCluster = int(ptr.Deref(m.ParallelMigrationsPerCluster, clusterconfig.DefaultParallelMigrationsPerCluster))
+	}
+	if l.PerNode == 0 {
+		l.PerNode = int(ptr.Deref(m.ParallelOutboundMigrationsPerNode, clusterconfig.DefaultParallelOutboundMigrationsPerNode))
+	}
+	return l
+}
 
 // permit is one in-flight migration's claim on the limits.
 type permit struct {
@@ -52,6 +76,10 @@ type candidate struct {
 // false. Within a priority, whoever asks first after a permit is released
 // gets it: strict age order across replicas would make every migration
 // wait for the oldest one's replica, a dead one's for a lease duration.
+//
+// Limits only gate new permits: after a limit is lowered, the permits held
+// beyond it stay (KubeVirt does not stop a running migration either) and
+// no new one is granted until enough of them are released.
 func (t table) grant(m candidate, waiting []candidate, limits Limits, now time.Time) (table, bool) {
 	if _, ok := t[m.uid]; ok {
 		return t, true
@@ -104,7 +132,6 @@ type Permits struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Name      string
-	Limits    Limits
 	// Live tells whether a migration exists in the cache and is final.
 	Live func(types.UID) (exists, final bool)
 	// Grace is how long a permit of a migration the cache does not know is
@@ -158,9 +185,9 @@ func (p *Permits) write(ctx context.Context, cm *corev1.ConfigMap, t table) erro
 	return err
 }
 
-// Acquire grants m a permit if the limits and the waiting migrations allow
-// it. A migration holding one keeps it.
-func (p *Permits) Acquire(ctx context.Context, m candidate, waiting []candidate) (bool, error) {
+// Acquire grants m a permit if limits, those in force now, and the waiting
+// migrations allow it. A migration holding one keeps it.
+func (p *Permits) Acquire(ctx context.Context, m candidate, waiting []candidate, limits Limits) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for range 10 {
@@ -169,7 +196,7 @@ func (p *Permits) Acquire(ctx context.Context, m candidate, waiting []candidate)
 			return false, err
 		}
 		t, pruned := t.prune(p.Live, p.Now(), p.Grace)
-		next, ok := t.grant(m, waiting, p.Limits, p.Now())
+		next, ok := t.grant(m, waiting, limits, p.Now())
 		if !ok && !pruned {
 			return false, nil
 		}

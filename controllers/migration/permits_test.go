@@ -11,9 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster/clustertest"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -59,6 +61,72 @@ func TestGrantHoldsBothLimits(t *testing.T) {
 	}
 }
 
+// A limit changed in the KubeVirt CR applies to the next grant: lowered,
+// it revokes nothing and grants nothing new until enough permits are
+// released; raised, it lets more start at once.
+func TestChangedLimitsApplyToTheNextGrantOnly(t *testing.T) {
+	five := Limits{PerCluster: 5, PerNode: 5}
+	tbl := table{}
+	for _, uid := range []string{"a", "b", "c"} {
+		var ok bool
+		if tbl, ok = tbl.grant(cand(uid, "n"+uid, false, 0), nil, five, t0); !ok {
+			t.Fatalf("%s not granted under %+v", uid, five)
+		}
+	}
+	one := Limits{PerCluster: 1, PerNode: 5}
+	for _, uid := range []string{"a", "b", "c"} {
+		if _, ok := tbl.grant(cand(uid, "n"+uid, false, 0), nil, one, t0); !ok {
+			t.Errorf("the permit %s, held, is revoked once the limit is lowered to 1", uid)
+		}
+	}
+	if _, ok := tbl.grant(cand("d", "nd", false, 0), nil, one, t0); ok {
+		t.Error("a new permit is granted with 3 held and the limit lowered to 1")
+	}
+	delete(tbl, "a")
+	delete(tbl, "b")
+	if _, ok := tbl.grant(cand("d", "nd", false, 0), nil, one, t0); ok {
+		t.Error("a new permit is granted with 1 held and the limit 1")
+	}
+	delete(tbl, "c")
+	if _, ok := tbl.grant(cand("d", "nd", false, 0), nil, one, t0); !ok {
+		t.Error("no permit granted with none held and the limit 1")
+	}
+	tbl = table{"a": {Node: "na"}}
+	raised := Limits{PerCluster: 3, PerNode: 5}
+	for _, uid := range []string{"b", "c"} {
+		var ok bool
+		if tbl, ok = tbl.grant(cand(uid, "n"+uid, false, 0), nil, raised, t0); !ok {
+			t.Errorf("%s not granted after the limit is raised to 3", uid)
+		}
+	}
+	if _, ok := tbl.grant(cand("d", "nd", false, 0), nil, raised, t0); ok {
+		t.Error("a fourth permit is granted under a limit of 3")
+	}
+}
+
+func TestLimitsComeFromTheKubeVirtCRUnlessOverridden(t *testing.T) {
+	cr := &virtv1.MigrationConfiguration{ParallelMigrationsPerCluster: ptr.To[uint32](1), ParallelOutboundMigrationsPerNode: ptr.To[uint32](4)}
+	for _, tc := range []struct {
+		name      string
+		overrides Limits
+		config    *virtv1.MigrationConfiguration
+		want      Limits
+	}{
+		{"KubeVirt's defaults without a CR", Limits{}, clusterconfig.DefaultConfig("amd64").Migrations(), DefaultLimits},
+		{"the CR's limits without overrides", Limits{}, cr, Limits{PerCluster: 1, PerNode: 4}},
+		{"an override wins over the CR", Limits{PerCluster: 7}, cr, Limits{PerCluster: 7, PerNode: 4}},
+		{"both overridden", Limits{PerCluster: 7, PerNode: 3}, cr, Limits{PerCluster: 7, PerNode: 3}},
+		{"a CR's 0 lets none start, as in KubeVirt", Limits{}, &virtv1.MigrationConfiguration{ParallelMigrationsPerCluster: ptr.To[uint32](0)},
+			Limits{PerCluster: 0, PerNode: DefaultLimits.PerNode}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.overrides.Over(tc.config); got != tc.want {
+				t.Errorf("limits %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestPruneDropsPermitsOfMigrationsThatAreOver(t *testing.T) {
 	tbl := table{
 		"final":   {Node: "n", Granted: t0},
@@ -93,7 +161,7 @@ func TestConcurrentAcquiresNeverExceedTheLimits(t *testing.T) {
 	ns := clustertest.Namespace(t)
 	limits := Limits{PerCluster: 5, PerNode: 2}
 	newPermits := func() *Permits {
-		return &Permits{Client: client, Namespace: ns, Name: "p", Limits: limits, Grace: time.Minute, Now: time.Now,
+		return &Permits{Client: client, Namespace: ns, Name: "p", Grace: time.Minute, Now: time.Now,
 			Live: func(types.UID) (bool, bool) { return true, false }}
 	}
 	var wg sync.WaitGroup
@@ -102,7 +170,7 @@ func TestConcurrentAcquiresNeverExceedTheLimits(t *testing.T) {
 	for i := range 40 {
 		wg.Go(func() {
 			node := fmt.Sprintf("n%d", i%6)
-			ok, err := newPermits().Acquire(context.Background(), cand(fmt.Sprint(i), node, false, 0), nil)
+			ok, err := newPermits().Acquire(context.Background(), cand(fmt.Sprint(i), node, false, 0), nil, limits)
 			if err != nil {
 				t.Error(err)
 			}
@@ -156,6 +224,29 @@ func TestReplacingNullsTheEarlierMigrationsFields(t *testing.T) {
 		if v, ok := got[k]; !ok || v != nil {
 			t.Errorf("%s = %v (present %v), want null", k, v, ok)
 		}
+	}
+}
+
+// A nested object of the earlier state, such as its migration
+// configuration, is replaced too: its fields the new one lacks are nulled.
+func TestReplacingNullsNestedFieldsOfTheEarlierMigration(t *testing.T) {
+	old := &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "old", MigrationConfiguration: &virtv1.MigrationConfiguration{
+		AllowPostCopy: ptr.To(true), DisableTLS: ptr.To(true)}}
+	next := &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "new", MigrationConfiguration: &virtv1.MigrationConfiguration{
+		AllowPostCopy: ptr.To(false)}}
+	got, err := replacing(old, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, ok := got["migrationConfiguration"].(map[string]any)
+	if !ok {
+		t.Fatalf("migrationConfiguration %v, want an object", got["migrationConfiguration"])
+	}
+	if v, ok := config["disableTLS"]; !ok || v != nil {
+		t.Errorf("disableTLS = %v (present %v), want null", v, ok)
+	}
+	if config["allowPostCopy"] != false {
+		t.Errorf("allowPostCopy = %v, want false", config["allowPostCopy"])
 	}
 }
 

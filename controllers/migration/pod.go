@@ -26,10 +26,10 @@ func targetPodName(vmi *virtv1.VirtualMachineInstance, m *virtv1.VirtualMachineI
 // another node than the source (KubeVirt's pod anti-affinity to the VMI's
 // other pods, and a node affinity on the source's name, which holds even
 // on nodes without a hostname label), labelled with the migration.
-func (c *Controller) renderTargetPod(rng int, m *virtv1.VirtualMachineInstanceMigration, cached *virtv1.VirtualMachineInstance) (*corev1.Pod, error) {
+func (c *Controller) renderTargetPod(rng int, m *virtv1.VirtualMachineInstanceMigration, cached *virtv1.VirtualMachineInstance, source *corev1.Pod) (*corev1.Pod, error) {
 	vmi := cached.DeepCopy()
 	template.ApplyDefaults(vmi, c.cfg.Options)
-	pod, err := template.Render(vmi, rng, c.cfg.Options)
+	pod, err := template.RenderMigrationTarget(vmi, m, source, rng, c.cfg.Options, c.cfg.ClusterConfig.Current(), c.cfg.Objects)
 	if err != nil {
 		return nil, err
 	}
@@ -69,8 +69,8 @@ func (c *Controller) renderTargetPod(rng int, m *virtv1.VirtualMachineInstanceMi
 	return pod, nil
 }
 
-func (c *Controller) createTargetPod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance) (*corev1.Pod, error) {
-	pod, err := c.renderTargetPod(it.rng, m, vmi)
+func (c *Controller) createTargetPod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, source *corev1.Pod) (*corev1.Pod, error) {
+	pod, err := c.renderTargetPod(it.rng, m, vmi, source)
 	if err != nil {
 		return nil, fmt.Errorf("render target pod of migration %s: %w", it.key, err)
 	}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -166,7 +168,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			next = virtv1.MigrationPending
 		case virtv1.MigrationPending:
 			if s.pod == nil {
-				granted, err := c.permits.Acquire(ctx, c.candidate(m), c.waiting())
+				granted, err := c.permits.Acquire(ctx, c.candidate(m), c.waiting(), c.limits())
 				if err != nil {
 					return 0, err
 				}
@@ -174,7 +176,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 					after = permitPoll // at a limit: look again shortly
 					break
 				}
-				if s.pod, err = c.createTargetPod(ctx, it, m, vmi); err != nil {
+				if s.pod, err = c.createTargetPod(ctx, it, m, vmi, s.source); err != nil {
 					return 0, err
 				}
 			}
@@ -310,16 +312,25 @@ func podReady(pod *corev1.Pod) bool {
 }
 
 // handOff tells the node agents: the VMI's migrationState names the
-// migration, the source and the target.
+// migration, the source and the target, and carries the KubeVirt CR's
+// migration configuration in force now (bandwidth, timeouts, post-copy…),
+// which virt-handler applies to this migration, as KubeVirt's
+// handleTargetPodHandoff writes it; and, with the VmiMemoryOverheadReport
+// gate, the target pod's memory overhead.
 func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pod, source *corev1.Pod) error {
 	if !c.cfg.Fence.Holds(it.rng) {
 		return nil
 	}
+	cluster := c.cfg.ClusterConfig.Current()
 	state := &virtv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: pod.Spec.NodeName, TargetPod: pod.Name,
+		MigrationConfiguration: cluster.Migrations(),
 	}
 	if source != nil {
 		state.SourcePod = source.Name
+	}
+	if cluster.VmiMemoryOverheadReportEnabled() {
+		state.TargetMemoryOverhead = memoryOverhead(pod)
 	}
 	replaced, err := replacing(vmi.Status.MigrationState, state)
 	if err != nil {
@@ -342,12 +353,29 @@ func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMach
 	return nil
 }
 
+// memoryOverhead is the target pod's kubevirt.io/memory-overhead-bytes,
+// nil when it has none or it does not parse (KubeVirt logs and goes on).
+func memoryOverhead(pod *corev1.Pod) *resource.Quantity {
+	raw, ok := pod.Annotations[virtv1.MemoryOverheadAnnotationBytes]
+	if !ok {
+		return nil
+	}
+	bytes, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return nil
+	}
+	return resource.NewQuantity(bytes, resource.BinarySI)
+}
+
 // replacing is a merge patch value that replaces old by next: a merge
 // patch merges objects, so every field of an earlier migration's state is
-// set to null unless next sets it.
+// set to null unless next sets it, down into nested objects (the migration
+// configuration of an earlier migration may set fields this one's does
+// not).
 func replacing(old, next *virtv1.VirtualMachineInstanceMigrationState) (map[string]any, error) {
-	out := map[string]any{}
-	for _, state := range []*virtv1.VirtualMachineInstanceMigrationState{old, next} {
+	var fields [2]map[string]any
+	for i, state := range []*virtv1.VirtualMachineInstanceMigrationState{old, next} {
+		fields[i] = map[string]any{}
 		if state == nil {
 			continue
 		}
@@ -355,19 +383,27 @@ func replacing(old, next *virtv1.VirtualMachineInstanceMigrationState) (map[stri
 		if err != nil {
 			return nil, err
 		}
-		fields := map[string]any{}
-		if err := json.Unmarshal(raw, &fields); err != nil {
+		if err := json.Unmarshal(raw, &fields[i]); err != nil {
 			return nil, err
 		}
-		for k, v := range fields {
-			if state == old {
-				out[k] = nil
-			} else {
-				out[k] = v
-			}
-		}
 	}
-	return out, nil
+	return replaceObject(fields[0], fields[1]), nil
+}
+
+// replaceObject is the merge patch turning the JSON object old into next.
+func replaceObject(old, next map[string]any) map[string]any {
+	out := make(map[string]any, len(old)+len(next))
+	for k := range old {
+		out[k] = nil
+	}
+	for k, v := range next {
+		oldObj, wasObj := old[k].(map[string]any)
+		if nextObj, isObj := v.(map[string]any); isObj && wasObj {
+			v = replaceObject(oldObj, nextObj)
+		}
+		out[k] = v
+	}
+	return out
 }
 
 func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {

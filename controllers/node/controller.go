@@ -2,9 +2,10 @@
 // virt-controller does when a node goes away or is drained. A node
 // NotReady past a grace period, or deleted, fails the VMIs this replica
 // holds on it (reason NodeUnresponsive) and deletes their launcher pods; a
-// node tainted for drain (kubevirt.io/drain by default) gets migrations for
-// the VMIs this replica holds on it, which the migration controller runs
-// within the cluster-wide limits, ahead of users' migrations.
+// node tainted for drain (the KubeVirt CR's migrations.nodeDrainTaintKey,
+// kubevirt.io/drain by default) gets migrations for the VMIs this replica
+// holds on it, which the migration controller runs within the cluster-wide
+// limits, ahead of users' migrations.
 //
 // Nodes are cluster-scoped and few: every replica watches all of them
 // (caches.Cluster) and acts only on the VMIs of the ranges it holds.
@@ -13,6 +14,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,14 +23,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/worker"
 	"github.com/virtshard/virtshard/shard"
@@ -39,8 +43,9 @@ const (
 	// DefaultGracePeriod is how long a node may be NotReady before its VMIs
 	// fail: KubeVirt's heartbeat timeout.
 	DefaultGracePeriod = 5 * time.Minute
-	// DefaultDrainTaintKey is KubeVirt's NodeDrainTaintDefaultKey.
-	DefaultDrainTaintKey = "kubevirt.io/drain"
+	// DefaultDrainTaintKey is KubeVirt's NodeDrainTaintDefaultKey, in
+	// force without a KubeVirt CR that sets another.
+	DefaultDrainTaintKey = clusterconfig.DefaultNodeDrainTaintKey
 	// ReasonNodeUnresponsive is the reason of the VMIs failed (KubeVirt's).
 	ReasonNodeUnresponsive = "NodeUnresponsive"
 	// byNode indexes VMIs by status.nodeName.
@@ -58,9 +63,22 @@ type Config struct {
 	Ranges   shard.Ranges
 	Caches   *caches.Ranges
 	Cluster  *caches.Cluster
-	// GracePeriod a node may be NotReady; DrainTaintKey marks a drain.
-	GracePeriod   time.Duration
+	// GracePeriod a node may be NotReady.
+	GracePeriod time.Duration
+	// DrainTaintKey, when set, overrides the KubeVirt CR's
+	// migrations.nodeDrainTaintKey, which is read at every sync otherwise.
 	DrainTaintKey string
+	// ClusterConfig is the KubeVirt CR's configuration, current; required.
+	ClusterConfig ClusterConfig
+	// EventMetrics count the events sent; nil for none.
+	EventMetrics *events.Metrics
+}
+
+// ClusterConfig is the KubeVirt CR's configuration as a
+// clusterconfig.Watcher serves it.
+type ClusterConfig interface {
+	Current() *clusterconfig.Config
+	OnChange(func(*clusterconfig.Config))
 }
 
 // Controller is the node controller of one replica.
@@ -76,8 +94,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.GracePeriod <= 0 {
 		cfg.GracePeriod = DefaultGracePeriod
 	}
-	if cfg.DrainTaintKey == "" {
-		cfg.DrainTaintKey = DefaultDrainTaintKey
+	if cfg.ClusterConfig == nil {
+		return nil, errors.New("node controller: no cluster configuration")
 	}
 	c := &Controller{
 		cfg: cfg,
@@ -95,7 +113,8 @@ func New(cfg Config) (*Controller, error) {
 // must be running.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.broadcaster.StartStructuredLogging(4)
-	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
+	defer sink.Wait()
 	defer c.broadcaster.Shutdown()
 	enqueue := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -107,7 +126,14 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Node controller running", "workers", workers, "gracePeriod", c.cfg.GracePeriod, "drainTaint", c.cfg.DrainTaintKey)
+	// Another drain taint key may mark other nodes: look at all of them.
+	c.cfg.ClusterConfig.OnChange(func(*clusterconfig.Config) {
+		for _, key := range c.cfg.Cluster.Nodes.GetStore().ListKeys() {
+			c.queue.Add(key)
+		}
+	})
+	klog.FromContext(ctx).Info("Node controller running", "workers", workers, "gracePeriod", c.cfg.GracePeriod,
+		"drainTaint", c.drainTaintKey(), "drainTaintOverride", c.cfg.DrainTaintKey)
 	worker.Run(ctx, "node", workers, c.queue, c.sync)
 	return nil
 }
@@ -169,7 +195,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		}
 		return 0, c.failAll(ctx, name, vmis, fmt.Sprintf("the node has been NotReady since %s", since.Format(time.RFC3339)))
 	}
-	if drained(node, c.cfg.DrainTaintKey) {
+	if drained(node, c.drainTaintKey()) {
 		if err := c.evacuate(ctx, node, vmis); err != nil {
 			return 0, err
 		}
@@ -189,9 +215,22 @@ func notReadySince(node *corev1.Node) (time.Time, bool) {
 	return node.CreationTimestamp.Time, true // never reported ready
 }
 
+// drainTaintKey is the drain taint key in force now: the override, else
+// the KubeVirt CR's.
+func (c *Controller) drainTaintKey() string {
+	if c.cfg.DrainTaintKey != "" {
+		return c.cfg.DrainTaintKey
+	}
+	return ptr.Deref(c.cfg.ClusterConfig.Current().Migrations().NodeDrainTaintKey, DefaultDrainTaintKey)
+}
+
+// drained reports a taint of key with effect NoSchedule, the taint
+// KubeVirt's evacuation controller matches (Taint.MatchTaint compares key
+// and effect): kubevirt.io/drain:NoExecute, say, drains nothing.
 func drained(node *corev1.Node, key string) bool {
+	want := &corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule}
 	for _, taint := range node.Spec.Taints {
-		if taint.Key == key {
+		if taint.MatchTaint(want) {
 			return true
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -17,6 +16,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/worker"
@@ -41,6 +41,8 @@ type Config struct {
 	// the square of the failures, as KubeVirt's.
 	MaxStartBackoff time.Duration
 	Clock           clock.WithTicker
+	// EventMetrics count the events sent; nil for none.
+	EventMetrics *events.Metrics
 }
 
 // Controller is the VM controller of one replica.
@@ -93,7 +95,8 @@ func New(cfg Config) (*Controller, error) {
 // through Acquired/Releasing.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	c.broadcaster.StartStructuredLogging(4)
-	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
+	defer sink.Wait()
 	defer c.broadcaster.Shutdown()
 	klog.FromContext(ctx).Info("VM controller running", "workers", workers)
 	worker.Run(ctx, "vm", workers, c.queue, c.sync)

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/profiling"
@@ -77,6 +77,8 @@ type Config struct {
 	Metrics          *Metrics
 	ShardMetrics     *shard.Metrics
 	StatusMetrics    *status.Metrics
+	// EventMetrics count the events sent; nil for none.
+	EventMetrics *events.Metrics
 }
 
 // Controller is the VMI controller of one replica.
@@ -165,7 +167,8 @@ func (c *Controller) LongestInPhase() map[virtv1.VirtualMachineInstancePhase]tim
 func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}) error {
 	logger := klog.FromContext(ctx)
 	c.broadcaster.StartStructuredLogging(4)
-	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
+	defer sink.Wait()
 	defer c.broadcaster.Shutdown()
 	defer c.queue.ShutDown()
 

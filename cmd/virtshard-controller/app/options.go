@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/node"
 	"github.com/virtshard/virtshard/controllers/serving"
@@ -54,16 +55,21 @@ type Options struct {
 	BusyDepth     int
 	UrgentStatus  time.Duration
 	LauncherImage string
+	// KubeVirtNamespace is where the KubeVirt CR lives, whose configuration
+	// the replicas follow.
+	KubeVirtNamespace string
 	// MaxStartBackoff caps the crash-loop backoff of VMs whose VMIs fail
 	// before they run.
 	MaxStartBackoff time.Duration
-	// Migration limits (cluster-wide, across all replicas) and timeouts.
+	// Migration limits (cluster-wide, across all replicas): overrides of
+	// the KubeVirt CR's; 0 takes the CR's. And timeouts.
 	MigrationsPerCluster          int
 	OutboundMigrationsPerNode     int
 	MigrationUnschedulableTimeout time.Duration
 	MigrationPendingTimeout       time.Duration
 	// NodeGracePeriod a node may be NotReady before its VMIs fail;
-	// DrainTaintKey marks a node to evacuate.
+	// DrainTaintKey marks a node to evacuate: an override of the KubeVirt
+	// CR's, "" takes the CR's.
 	NodeGracePeriod time.Duration
 	DrainTaintKey   string
 	// PyroscopeAddress turns continuous profiling on (off when empty);
@@ -101,14 +107,13 @@ func NewOptions() *Options {
 		UrgentStatus:  5 * time.Millisecond,
 		LauncherImage: "quay.io/kubevirt/virt-launcher:v1.8.1",
 
+		KubeVirtNamespace: clusterconfig.DefaultNamespace,
+
 		MaxStartBackoff: vm.DefaultMaxStartBackoff,
 
-		MigrationsPerCluster:          migration.DefaultLimits.PerCluster,
-		OutboundMigrationsPerNode:     migration.DefaultLimits.PerNode,
 		MigrationUnschedulableTimeout: migration.DefaultUnschedulableTimeout,
 		MigrationPendingTimeout:       migration.DefaultPendingTimeout,
 		NodeGracePeriod:               node.DefaultGracePeriod,
-		DrainTaintKey:                 node.DefaultDrainTaintKey,
 		PyroscopeUploadRate:           15 * time.Second,
 	}
 }
@@ -141,13 +146,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.BusyDepth, "busy-depth", o.BusyDepth, "VMIs queued for a sync or with status pending from which the controller counts as busy")
 	fs.DurationVar(&o.UrgentStatus, "urgent-status-wait", o.UrgentStatus, "batching window of other status writes")
 	fs.StringVar(&o.LauncherImage, "launcher-image", o.LauncherImage, "virt-launcher image of launcher pods")
+	fs.StringVar(&o.KubeVirtNamespace, "kubevirt-namespace", o.KubeVirtNamespace, "namespace of the KubeVirt CR whose spec.configuration the replicas follow (KubeVirt's defaults without one)")
 	fs.DurationVar(&o.MaxStartBackoff, "max-start-backoff", o.MaxStartBackoff, "cap of the wait before a VM whose VMI failed before running is started again")
-	fs.IntVar(&o.MigrationsPerCluster, "parallel-migrations-per-cluster", o.MigrationsPerCluster, "live migrations in flight in the whole cluster, across all replicas")
-	fs.IntVar(&o.OutboundMigrationsPerNode, "parallel-outbound-migrations-per-node", o.OutboundMigrationsPerNode, "live migrations in flight out of one node")
+	fs.IntVar(&o.MigrationsPerCluster, "parallel-migrations-per-cluster", o.MigrationsPerCluster, "live migrations in flight in the whole cluster, across all replicas; 0: the KubeVirt CR's spec.configuration.migrations.parallelMigrationsPerCluster, followed live (5 without a CR)")
+	fs.IntVar(&o.OutboundMigrationsPerNode, "parallel-outbound-migrations-per-node", o.OutboundMigrationsPerNode, "live migrations in flight out of one node; 0: the KubeVirt CR's parallelOutboundMigrationsPerNode, followed live (2 without a CR)")
 	fs.DurationVar(&o.MigrationUnschedulableTimeout, "migration-unschedulable-timeout", o.MigrationUnschedulableTimeout, "fail a migration whose target pod is unschedulable this long")
 	fs.DurationVar(&o.MigrationPendingTimeout, "migration-pending-timeout", o.MigrationPendingTimeout, "fail a migration whose target pod is not running this long")
 	fs.DurationVar(&o.NodeGracePeriod, "node-grace-period", o.NodeGracePeriod, "fail the VMIs of a node NotReady this long")
-	fs.StringVar(&o.DrainTaintKey, "drain-taint-key", o.DrainTaintKey, "taint key that marks a node whose VMIs are migrated away")
+	fs.StringVar(&o.DrainTaintKey, "drain-taint-key", o.DrainTaintKey, "key of the NoSchedule taint that marks a node whose VMIs are migrated away; empty: the KubeVirt CR's nodeDrainTaintKey, followed live (kubevirt.io/drain without a CR)")
 	fs.StringVar(&o.PyroscopeAddress, "pyroscope-address", o.PyroscopeAddress, "Pyroscope server to send continuous profiles to (e.g. http://pyroscope:4040); empty: off")
 	fs.DurationVar(&o.PyroscopeUploadRate, "pyroscope-upload-rate", o.PyroscopeUploadRate, "how often profiles are sent to --pyroscope-address")
 }
@@ -178,14 +184,14 @@ func (o *Options) Validate() error {
 	if o.Workers < 1 || o.StatusWorkers < 1 {
 		errs = append(errs, errors.New("--workers and --status-workers must be at least 1"))
 	}
-	if o.MigrationsPerCluster < 1 || o.OutboundMigrationsPerNode < 1 {
-		errs = append(errs, errors.New("migration limits must be at least 1"))
+	if o.MigrationsPerCluster < 0 || o.OutboundMigrationsPerNode < 0 {
+		errs = append(errs, errors.New("migration limits must be at least 1, or 0 for the KubeVirt CR's"))
 	}
 	if o.MigrationUnschedulableTimeout <= 0 || o.MigrationPendingTimeout <= 0 {
 		errs = append(errs, errors.New("migration timeouts must be positive"))
 	}
-	if o.NodeGracePeriod <= 0 || o.DrainTaintKey == "" {
-		errs = append(errs, errors.New("--node-grace-period must be positive and --drain-taint-key not empty"))
+	if o.NodeGracePeriod <= 0 {
+		errs = append(errs, errors.New("--node-grace-period must be positive"))
 	}
 	if o.MaxStartBackoff <= 0 {
 		errs = append(errs, errors.New("--max-start-backoff must be positive"))

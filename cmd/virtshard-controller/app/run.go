@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -14,11 +15,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clientmetrics"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/node"
@@ -81,6 +85,14 @@ func (o *Options) Run(ctx context.Context) error {
 	tmpl := template.DefaultOptions()
 	tmpl.LauncherImage = o.LauncherImage
 	tmpl.RangeLabel = shard.LabelRange
+	clusterConfig, err := clusterconfig.NewWatcher(dyn, clusterconfig.Options{
+		Namespace: o.KubeVirtNamespace, Arch: runtime.GOARCH, Metrics: clusterconfig.NewMetrics(registry),
+	})
+	if err != nil {
+		return err
+	}
+	templateObjects := caches.NewTemplateObjects(kube, meta, o.Watch)
+	eventMetrics := events.NewMetrics(registry)
 	cachesConfig := caches.Config{Kube: kube, KubeVirt: kv, Namespace: o.Watch, Ranges: ranges, Metrics: shardMetrics}
 	rangeCaches, clusterCaches := caches.NewRanges(cachesConfig), caches.NewCluster(cachesConfig)
 	controller, err := vmi.New(vmi.Config{
@@ -91,6 +103,8 @@ func (o *Options) Run(ctx context.Context) error {
 		Caches:           rangeCaches,
 		Cluster:          clusterCaches,
 		Options:          tmpl,
+		ClusterConfig:    clusterConfig,
+		Objects:          templateObjects,
 		LazyStatusWait:   o.LazyStatus,
 		BusyStatusWait:   o.BusyStatus,
 		BusyDepth:        o.BusyDepth,
@@ -99,6 +113,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Metrics:          vmi.NewMetrics(registry),
 		ShardMetrics:     shardMetrics,
 		StatusMetrics:    status.NewMetrics(registry),
+		EventMetrics:     eventMetrics,
 	})
 	if err != nil {
 		return err
@@ -110,6 +125,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Ranges:          ranges,
 		Caches:          rangeCaches,
 		MaxStartBackoff: o.MaxStartBackoff,
+		EventMetrics:    eventMetrics,
 	})
 	if err != nil {
 		return err
@@ -126,6 +142,9 @@ func (o *Options) Run(ctx context.Context) error {
 		UnschedulableTimeout: o.MigrationUnschedulableTimeout,
 		PendingTimeout:       o.MigrationPendingTimeout,
 		Options:              tmpl,
+		ClusterConfig:        clusterConfig,
+		Objects:              templateObjects,
+		EventMetrics:         eventMetrics,
 	})
 	if err != nil {
 		return err
@@ -138,6 +157,8 @@ func (o *Options) Run(ctx context.Context) error {
 		Cluster:       clusterCaches,
 		GracePeriod:   o.NodeGracePeriod,
 		DrainTaintKey: o.DrainTaintKey,
+		ClusterConfig: clusterConfig,
+		EventMetrics:  eventMetrics,
 	})
 	if err != nil {
 		return err
@@ -186,11 +207,21 @@ func (o *Options) Run(ctx context.Context) error {
 
 	controllerCtx, stopController := context.WithCancel(klog.NewContext(context.Background(), logger))
 	defer stopController()
+	var wg sync.WaitGroup
 	if err := clusterCaches.Run(controllerCtx); err != nil {
 		return err
 	}
+	if err := templateObjects.Run(controllerCtx); err != nil {
+		return err
+	}
+	var configErr error
+	wg.Go(func() { configErr = clusterConfig.Run(controllerCtx) })
+	if !cache.WaitForNamedCacheSync("kubevirt-config", controllerCtx.Done(), clusterConfig.HasSynced) {
+		stopController()
+		wg.Wait()
+		return fmt.Errorf("KubeVirt CR cache did not sync: %w", errors.Join(configErr, ctx.Err()))
+	}
 	synced := make(chan struct{})
-	var wg sync.WaitGroup
 	var controllerErr error
 	wg.Go(func() { controllerErr = controller.Run(controllerCtx, o.Workers, synced) })
 	wg.Go(func() { vmController.Run(controllerCtx, o.Workers) })
@@ -203,7 +234,7 @@ func (o *Options) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		stopController()
 		wg.Wait()
-		return controllerErr
+		return errors.Join(controllerErr, configErr)
 	}
 	logger.Info("Replica started", "namespace", o.Namespace, "ranges", o.RangeCount, "shardKey", o.ShardKey)
 	// The manager hands every range off (Releasing) before it returns; only
@@ -212,7 +243,7 @@ func (o *Options) Run(ctx context.Context) error {
 	stopController()
 	wg.Wait()
 	logger.Info("Replica stopped")
-	return errors.Join(err, controllerErr, migrationErr, nodeErr)
+	return errors.Join(err, controllerErr, migrationErr, nodeErr, configErr)
 }
 
 type fence func(int) bool

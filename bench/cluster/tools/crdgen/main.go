@@ -31,6 +31,9 @@ func run(dir string) error {
 		components.NewVirtualMachineInstanceCrd,
 		components.NewVirtualMachineCrd,
 		components.NewVirtualMachineInstanceMigrationCrd,
+		// The KubeVirt CR, whose spec.configuration the replicas follow
+		// (controllers/clusterconfig).
+		components.NewKubeVirtCrd,
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
