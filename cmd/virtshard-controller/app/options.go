@@ -4,6 +4,7 @@ package app
 import (
 	"errors"
 	"flag"
+	"github.com/virtshard/virtshard/controllers/template"
 	"net"
 	"time"
 
@@ -55,6 +56,8 @@ type Options struct {
 	BusyDepth     int
 	UrgentStatus  time.Duration
 	LauncherImage string
+	// SidecarShimImage runs hook sidecars that name no image.
+	SidecarShimImage string
 	// KubeVirtNamespace is where the KubeVirt CR lives, whose configuration
 	// the replicas follow.
 	KubeVirtNamespace string
@@ -107,6 +110,8 @@ func NewOptions() *Options {
 		UrgentStatus:  5 * time.Millisecond,
 		LauncherImage: "quay.io/kubevirt/virt-launcher:v1.8.1",
 
+		SidecarShimImage: template.DefaultOptions().SidecarShimImage,
+
 		KubeVirtNamespace: clusterconfig.DefaultNamespace,
 
 		MaxStartBackoff: vm.DefaultMaxStartBackoff,
@@ -146,6 +151,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.BusyDepth, "busy-depth", o.BusyDepth, "VMIs queued for a sync or with status pending from which the controller counts as busy")
 	fs.DurationVar(&o.UrgentStatus, "urgent-status-wait", o.UrgentStatus, "batching window of other status writes")
 	fs.StringVar(&o.LauncherImage, "launcher-image", o.LauncherImage, "virt-launcher image of launcher pods")
+	fs.StringVar(&o.SidecarShimImage, "sidecar-shim-image", o.SidecarShimImage, "image of hook sidecars that name none (virt-operator gives virt-controller the install's sidecar-shim image)")
 	fs.StringVar(&o.KubeVirtNamespace, "kubevirt-namespace", o.KubeVirtNamespace, "namespace of the KubeVirt CR whose spec.configuration the replicas follow (KubeVirt's defaults without one)")
 	fs.DurationVar(&o.MaxStartBackoff, "max-start-backoff", o.MaxStartBackoff, "cap of the wait before a VM whose VMI failed before running is started again")
 	fs.IntVar(&o.MigrationsPerCluster, "parallel-migrations-per-cluster", o.MigrationsPerCluster, "live migrations in flight in the whole cluster, across all replicas; 0: the KubeVirt CR's spec.configuration.migrations.parallelMigrationsPerCluster, followed live (5 without a CR)")

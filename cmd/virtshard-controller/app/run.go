@@ -84,6 +84,7 @@ func (o *Options) Run(ctx context.Context) error {
 	var manager *shard.Manager
 	tmpl := template.DefaultOptions()
 	tmpl.LauncherImage = o.LauncherImage
+	tmpl.SidecarShimImage = o.SidecarShimImage
 	tmpl.RangeLabel = shard.LabelRange
 	clusterConfig, err := clusterconfig.NewWatcher(dyn, clusterconfig.Options{
 		Namespace: o.KubeVirtNamespace, Arch: runtime.GOARCH, Metrics: clusterconfig.NewMetrics(registry),
