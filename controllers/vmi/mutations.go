@@ -4,8 +4,8 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/status"
@@ -19,8 +19,12 @@ import (
 
 type mutation = status.Mutation[*virtv1.VirtualMachineInstance]
 
-// toScheduling: the launcher pod exists (created at at).
-func toScheduling(pod *corev1.Pod, at metav1.Time) mutation {
+// toScheduling: the launcher pod exists (created at at). The status is
+// KubeVirt's by the sync after the pod event (updateStatus, Pending with a
+// pod, then Scheduling): Ready=False until the guest runs, activePods, the
+// launcher image, the pod's QoS class and PodScheduled=False, no
+// Synchronized or Provisioning.
+func toScheduling(l launcher, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
 		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduling) {
 			return false
@@ -29,80 +33,106 @@ func toScheduling(pod *corev1.Pod, at metav1.Time) mutation {
 		recordPhase(v, virtv1.Pending, v.CreationTimestamp)
 		recordPhase(v, virtv1.Scheduling, at)
 		v.Status.Phase = virtv1.Scheduling
-		setActivePod(v, pod)
+		l.fromPod(v)
+		notReady(v, virtv1.GuestNotRunningReason, msgGuestNotRunning, at)
+		l.whileScheduling(v)
 		removeCondition(v, virtv1.VirtualMachineInstanceSynchronized)
 		return true
 	}
 }
 
 // toScheduled: the launcher pod runs and is ready on its node — the handoff
-// to the node agent.
-func toScheduled(pod *corev1.Pod, at metav1.Time) mutation {
+// to the node agent. The status is KubeVirt's at Scheduled (updateStatus,
+// Scheduling with a ready pod): the node, the volumes' claims, the migration
+// transport, no PodScheduled, with one difference: Ready is the pod's, as
+// KubeVirt writes it in an update of its own once virt-handler reports the
+// guest Running (until then it says GuestNotRunning). virtshard does not
+// write the VMI after the handoff, so the Running VMI ends up as KubeVirt's.
+func toScheduled(l launcher, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
 		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) {
 			return false
 		}
+		pod := l.pod
 		ensureFinalizer(v)
 		recordPhase(v, virtv1.Pending, v.CreationTimestamp)
 		recordPhase(v, virtv1.Scheduling, pod.CreationTimestamp)
 		recordPhase(v, virtv1.Scheduled, at)
 		v.Status.Phase = virtv1.Scheduled
+		l.fromPod(v)
+		readyFromPod(v, pod, at)
+		l.whileScheduling(v)
+		l.updateVolumeStatus(v)
 		v.Status.NodeName = pod.Spec.NodeName
 		if v.Labels == nil {
 			v.Labels = map[string]string{}
 		}
 		v.Labels[virtv1.NodeNameLabel] = pod.Spec.NodeName
-		setActivePod(v, pod)
-		removeCondition(v, virtv1.VirtualMachineInstanceSynchronized)
-		removeCondition(v, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled))
-		if ready := podCondition(pod, corev1.PodReady); ready != nil {
-			setCondition(v, virtv1.VirtualMachineInstanceCondition{
-				Type:               virtv1.VirtualMachineInstanceReady,
-				Status:             ready.Status,
-				LastTransitionTime: ready.LastTransitionTime,
-				Reason:             ready.Reason,
-				Message:            ready.Message,
-			})
+		// Set before the VMI can migrate: without it a migration target
+		// sets up a TCP proxy for a legacy launcher.
+		if _, unix := pod.Annotations[virtv1.MigrationTransportUnixAnnotation]; unix {
+			v.Status.MigrationTransport = virtv1.MigrationTransportUnix
 		}
+		removeCondition(v, virtv1.VirtualMachineInstanceSynchronized)
 		return true
 	}
 }
 
-// copyPodScheduled: the scheduler cannot place the launcher pod.
+// copyPodScheduled: the scheduler cannot place the launcher pod. As
+// KubeVirt's AddPodCondition, the first such condition stays until the pod
+// is scheduled: a changed message is not written again.
 func copyPodScheduled(cond corev1.PodCondition) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
-		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) {
+		t := virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) || condition(v, t) != nil {
 			return false
 		}
-		return setCondition(v, virtv1.VirtualMachineInstanceCondition{
-			Type:               virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled),
+		v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{
+			Type:               t,
 			Status:             cond.Status,
+			LastProbeTime:      cond.LastProbeTime,
 			LastTransitionTime: cond.LastTransitionTime,
 			Reason:             cond.Reason,
 			Message:            cond.Message,
 		})
+		return true
 	}
 }
 
-// notSynchronized: the VMI cannot proceed (bad spec, missing storage).
+// notSynchronized: the VMI cannot proceed (bad spec, missing storage). As
+// KubeVirt's updateStatus for a Pending VMI without a pod, Ready is False
+// (PodNotExists), and a missing PVC also makes PodScheduled=False.
 func notSynchronized(reason, message string, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
 		if v.DeletionTimestamp != nil || rank(v.Status.Phase) > rank(virtv1.Pending) {
 			return false
 		}
-		changed := false
+		before := v.Status.DeepCopy()
 		if v.Status.Phase == "" {
 			v.Status.Phase = virtv1.Pending
 			recordPhase(v, virtv1.Pending, v.CreationTimestamp)
-			changed = true
 		}
-		return setCondition(v, virtv1.VirtualMachineInstanceCondition{
+		notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)
+		if reason == ReasonFailedPVCNotFound {
+			// KubeVirt replaces it on every sync, and sets no times.
+			scheduled := virtv1.VirtualMachineInstanceCondition{
+				Type:   virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled),
+				Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
+			}
+			if cur := condition(v, scheduled.Type); cur != nil {
+				*cur = scheduled
+			} else {
+				v.Status.Conditions = append(v.Status.Conditions, scheduled)
+			}
+		}
+		setCondition(v, virtv1.VirtualMachineInstanceCondition{
 			Type:               virtv1.VirtualMachineInstanceSynchronized,
 			Status:             corev1.ConditionFalse,
 			LastTransitionTime: at,
 			Reason:             reason,
 			Message:            message,
-		}) || changed
+		})
+		return !equality.Semantic.DeepEqual(before, &v.Status)
 	}
 }
 
@@ -150,13 +180,6 @@ func recordPhase(v *virtv1.VirtualMachineInstance, phase virtv1.VirtualMachineIn
 	}
 	v.Status.PhaseTransitionTimestamps = append(v.Status.PhaseTransitionTimestamps,
 		virtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: at})
-}
-
-func setActivePod(v *virtv1.VirtualMachineInstance, pod *corev1.Pod) {
-	if v.Status.ActivePods == nil {
-		v.Status.ActivePods = map[types.UID]string{}
-	}
-	v.Status.ActivePods[pod.UID] = pod.Spec.NodeName
 }
 
 func condition(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) *virtv1.VirtualMachineInstanceCondition {

@@ -2,6 +2,7 @@ package vmi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -82,7 +83,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 	switch vmi.Status.Phase {
 	case "", virtv1.Pending:
 		if pod != nil {
-			return c.followPod(it, vmi, pod)
+			return c.followPod(ctx, it, vmi, pod, pods)
 		}
 		if !satisfied || c.batcher.Pending(it.key, vmi.UID) {
 			// Our create is on its way to the cache, or the VMI has moved on
@@ -101,7 +102,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 			c.fail(it, vmi, ReasonPodGone, "the launcher pod no longer exists")
 			return nil // a launcher pod is never re-created after Pending
 		}
-		return c.followPod(it, vmi, pod)
+		return c.followPod(ctx, it, vmi, pod, pods)
 	}
 	return nil // final: nothing to do until deletion
 }
@@ -186,7 +187,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 		if _, exists := c.cfg.Objects.PVC(vmi.Namespace, claim); !exists {
 			// The PVC informer requeues this VMI when the claim appears.
 			c.blocked(it, cached, corev1.EventTypeNormal, ReasonFailedPVCNotFound,
-				fmt.Sprintf("PVC %s/%s does not exist, waiting for it", vmi.Namespace, claim))
+				fmt.Sprintf("PVC %s/%s does not exist, waiting for it to appear", vmi.Namespace, claim))
 			return nil
 		}
 	}
@@ -222,7 +223,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	logger.V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
 	c.recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
 	at := metav1.Now()
-	c.batcher.EnqueueLazy(it.rng, it.key, cached.UID, c.lazyWait(), toScheduling(created, at))
+	c.batcher.EnqueueLazy(it.rng, it.key, cached.UID, c.lazyWait(), toScheduling(c.launcher(created, []*corev1.Pod{created}), at))
 	return nil
 }
 
@@ -236,7 +237,12 @@ func (c *Controller) activeMigration(vmi *virtv1.VirtualMachineInstance) bool {
 }
 
 // followPod moves the VMI along with its launcher pod.
-func (c *Controller) followPod(it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
+func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod, pods []*corev1.Pod) error {
+	if pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
+		if err := c.syncUnpaused(ctx, it, vmi, pod); err != nil {
+			return err
+		}
+	}
 	switch {
 	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
 		c.fail(it, vmi, ReasonPodFailed, fmt.Sprintf("launcher pod %s is %s", pod.Name, pod.Status.Phase))
@@ -244,17 +250,61 @@ func (c *Controller) followPod(it item, vmi *virtv1.VirtualMachineInstance, pod 
 		// Terminating: the VMI fails when the pod is gone.
 	case pod.Status.Phase == corev1.PodRunning && podReady(pod):
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduled) {
-			c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, toScheduled(pod, metav1.Now()))
+			c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, toScheduled(c.launcher(pod, pods), metav1.Now()))
 		}
 	default:
 		// Scheduling is already on its way if anything is pending for the
 		// VMI: a second lazy intent could only pull its write forward.
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) && !c.batcher.Pending(it.key, vmi.UID) {
-			c.batcher.EnqueueLazy(it.rng, it.key, vmi.UID, c.lazyWait(), toScheduling(pod, pod.CreationTimestamp))
+			c.batcher.EnqueueLazy(it.rng, it.key, vmi.UID, c.lazyWait(), toScheduling(c.launcher(pod, pods), pod.CreationTimestamp))
 		}
 		if cond := unschedulable(pod); cond != nil {
 			c.batcher.EnqueueLazy(it.rng, it.key, vmi.UID, c.lazyWait(), copyPodScheduled(*cond))
 		}
+	}
+	return nil
+}
+
+// syncUnpaused keeps the launcher pod's readiness gate,
+// kubevirt.io/virtual-machine-unpaused, in step with the VMI's Paused
+// condition, as KubeVirt's syncPausedConditionToPod does: True unless the
+// VMI is paused. Without it no kubelet reports the pod Ready. The patch
+// carries the pod's UID, so it cannot land on a successor of that name.
+func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
+	paused := false
+	if cond := condition(vmi, virtv1.VirtualMachineInstancePaused); cond != nil && cond.Status == corev1.ConditionTrue {
+		paused = true
+	}
+	unpaused := false
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == virtv1.VirtualMachineUnpaused && cond.Status == corev1.ConditionTrue {
+			unpaused = true
+		}
+	}
+	if unpaused != paused || !c.cfg.Fence.Holds(it.rng) {
+		return nil // in step already
+	}
+	status, reason, message := corev1.ConditionTrue, "NotPaused", "the virtual machine is not paused"
+	if paused {
+		status, reason, message = corev1.ConditionFalse, "Paused", "the virtual machine is paused"
+	}
+	now := metav1.Now()
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID},
+		"status": map[string]any{"conditions": []corev1.PodCondition{{
+			Type: virtv1.VirtualMachineUnpaused, Status: status, Reason: reason, Message: message,
+			LastProbeTime: now, LastTransitionTime: now,
+		}}},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone or replaced: its event requeues the VMI
+	}
+	if err != nil {
+		return fmt.Errorf("patch readiness gate of pod %s: %w", pod.Name, err)
 	}
 	return nil
 }

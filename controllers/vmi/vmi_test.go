@@ -315,7 +315,15 @@ func TestDataVolumeWithoutCDIIsJudgedByItsPVC(t *testing.T) {
 		return v.Status.Phase == virtv1.Scheduling && c != nil && c.Status == corev1.ConditionFalse
 	})
 	pods := e.launcherPods(created)
-	if len(pods) != 1 || len(pods[0].Spec.Volumes) != 1 || pods[0].Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "root-dv" {
-		t.Errorf("launcher pods %d; want one mounting claim root-dv", len(pods))
+	mounts := func(pod corev1.Pod) bool {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == "root" && v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "root-dv" {
+				return true
+			}
+		}
+		return false
+	}
+	if len(pods) != 1 || !mounts(pods[0]) {
+		t.Errorf("launcher pods %d; want one mounting claim root-dv as volume root", len(pods))
 	}
 }
