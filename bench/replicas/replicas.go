@@ -256,7 +256,10 @@ func Writes(families map[string]*dto.MetricFamily) map[string]float64 {
 }
 
 // ControllerWrite reports whether a "verb resource" key of Writes is one of
-// the controller's writes that "writes per VMI" counts: to pods and VMIs.
+// the controller's writes that "writes per VMI" counts: to pods and VMIs,
+// their subresources (a launcher pod's status) included.
 func ControllerWrite(key string) bool {
-	return strings.HasSuffix(key, " pods") || strings.HasSuffix(key, " virtualmachineinstances")
+	_, resource, _ := strings.Cut(key, " ")
+	resource, _, _ = strings.Cut(resource, "/")
+	return resource == "pods" || resource == "virtualmachineinstances"
 }

@@ -100,6 +100,10 @@ type Controller struct {
 	// inflight[i] counts syncs of range i under way.
 	inflight []atomic.Int32
 
+	// gatesSent maps a launcher pod's UID to the unpaused condition
+	// (true: unpaused) our last readiness-gate patch set, until the pod
+	// cache shows it: a sync meanwhile sends no second patch.
+	gatesSent sync.Map
 	// dataVolumes is nil when the cluster has no CDI DataVolume CRD.
 	dataVolumes cache.SharedIndexInformer
 }

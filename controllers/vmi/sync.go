@@ -281,8 +281,12 @@ func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.Virt
 			unpaused = true
 		}
 	}
-	if unpaused != paused || !c.cfg.Fence.Holds(it.rng) {
-		return nil // in step already
+	if unpaused != paused {
+		c.gatesSent.Delete(pod.UID) // in step: our patch, if any, is in the cache
+		return nil
+	}
+	if sent, ok := c.gatesSent.Load(pod.UID); (ok && sent.(bool) != paused) || !c.cfg.Fence.Holds(it.rng) {
+		return nil // our patch is on its way to the cache
 	}
 	status, reason, message := corev1.ConditionTrue, "NotPaused", "the virtual machine is not paused"
 	if paused {
@@ -306,6 +310,7 @@ func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.Virt
 	if err != nil {
 		return fmt.Errorf("patch readiness gate of pod %s: %w", pod.Name, err)
 	}
+	c.gatesSent.Store(pod.UID, !paused)
 	return nil
 }
 
