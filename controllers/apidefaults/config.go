@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
 
 // Architecture names as the VMI spec carries them.
@@ -45,23 +47,7 @@ func (v configView) machineType(arch string) string {
 	if v.c.MachineType != "" {
 		return v.c.MachineType
 	}
-	archs := v.c.ArchitectureConfiguration
-	if archs == nil {
-		return ""
-	}
-	var perArch *virtv1.ArchSpecificConfiguration
-	switch arch {
-	case archARM64:
-		perArch = archs.Arm64
-	case archS390X:
-		perArch = archs.S390x
-	default:
-		perArch = archs.Amd64
-	}
-	if perArch == nil {
-		return ""
-	}
-	return perArch.MachineType
+	return clusterconfig.ArchConfiguration(v.c, arch).MachineType
 }
 
 func (v configView) cpuModel() string { return v.c.CPUModel }

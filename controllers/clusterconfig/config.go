@@ -280,7 +280,18 @@ func (c *Config) Migrations() *virtv1.MigrationConfiguration {
 }
 
 func (c *Config) archConfig(arch string) *virtv1.ArchSpecificConfiguration {
-	a := c.spec.ArchitectureConfiguration
+	a := ArchConfiguration(c.spec, arch)
+	return &a
+}
+
+// ArchConfiguration is spec's configuration for arch, where anything not
+// arm64 or s390x counts as amd64 (KubeVirt's per-architecture getters);
+// empty when spec has none.
+func ArchConfiguration(spec *virtv1.KubeVirtConfiguration, arch string) virtv1.ArchSpecificConfiguration {
+	a := spec.ArchitectureConfiguration
+	if a == nil {
+		return virtv1.ArchSpecificConfiguration{}
+	}
 	var s *virtv1.ArchSpecificConfiguration
 	switch arch {
 	case "arm64":
@@ -291,9 +302,9 @@ func (c *Config) archConfig(arch string) *virtv1.ArchSpecificConfiguration {
 		s = a.Amd64
 	}
 	if s == nil {
-		return &virtv1.ArchSpecificConfiguration{}
+		return virtv1.ArchSpecificConfiguration{}
 	}
-	return s
+	return *s
 }
 
 // MachineType is the default machine type for arch; the deprecated

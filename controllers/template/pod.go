@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
 
 const (
@@ -398,23 +400,7 @@ func ovmfPath(cfg *virtv1.KubeVirtConfiguration, arch string) string {
 	if cfg.OVMFPath != "" { // deprecated, still honoured by KubeVirt
 		return cfg.OVMFPath
 	}
-	ac := cfg.ArchitectureConfiguration
-	if ac == nil {
-		return ""
-	}
-	var a *virtv1.ArchSpecificConfiguration
-	switch arch {
-	case "arm64":
-		a = ac.Arm64
-	case "s390x":
-		a = ac.S390x
-	default:
-		a = ac.Amd64
-	}
-	if a == nil {
-		return ""
-	}
-	return a.OVMFPath
+	return clusterconfig.ArchConfiguration(cfg, arch).OVMFPath
 }
 
 func diskMemoryLimit(cfg *virtv1.KubeVirtConfiguration) int64 {
