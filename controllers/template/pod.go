@@ -88,7 +88,7 @@ func RenderMigrationTarget(vmi *virtv1.VirtualMachineInstance, m *virtv1.Virtual
 	if err != nil {
 		return nil, fmt.Errorf("can not proceed with the migration when no reproducible image digest can be detected: %w", err)
 	}
-	pod, err := render(vmi, rng, opts, cluster, objects, imageIDs, migrationBackendStoragePVC(m, objects))
+	pod, err := render(vmi, rng, opts, cluster, objects, imageIDs, migrationBackendStoragePVC(vmi, m, objects))
 	if err != nil {
 		return nil, err
 	}

@@ -303,9 +303,7 @@ func developerSettings(cfg *virtv1.KubeVirtConfiguration) (overcommit, cpuAlloca
 // GetHypervisor names: mshv for hyperv-direct, kvm for anything else.
 // (KubeVirt picks the backend once at startup; this reads it per render.)
 func hypervisorDevice(cluster Cluster) corev1.ResourceName {
-	cfg := cluster.Configuration()
-	if cluster.FeatureGateEnabled(gateConfigurableHypervisor) && len(cfg.Hypervisors) > 0 &&
-		cfg.Hypervisors[0].Name == virtv1.HyperVDirectHypervisorName {
+	if hypervisorName(cluster) == virtv1.HyperVDirectHypervisorName {
 		return kubevirtDevices + "mshv"
 	}
 	return kubevirtDevices + "kvm"

@@ -44,34 +44,6 @@ func newResourceTestCluster(edits ...func(*resourceTestCluster)) *resourceTestCl
 	return c
 }
 
-// resourceTestObjects holds namespaces and quotas.
-type resourceTestObjects struct {
-	namespaces map[string]*corev1.Namespace
-	quotas     []*corev1.ResourceQuota
-}
-
-func (o *resourceTestObjects) PVC(string, string) (*corev1.PersistentVolumeClaim, bool) {
-	return nil, false
-}
-func (o *resourceTestObjects) PVCs(string) []*corev1.PersistentVolumeClaim        { return nil }
-func (o *resourceTestObjects) NetworkResourceName(string, string) (string, error) { return "", nil }
-func (o *resourceTestObjects) ConfigMap(string, string) (*corev1.ConfigMap, error) {
-	return nil, nil
-}
-func (o *resourceTestObjects) Namespace(name string) (*corev1.Namespace, bool) {
-	ns, ok := o.namespaces[name]
-	return ns, ok
-}
-func (o *resourceTestObjects) ResourceQuotas(namespace string) []*corev1.ResourceQuota {
-	var out []*corev1.ResourceQuota
-	for _, q := range o.quotas {
-		if q.Namespace == namespace {
-			out = append(out, q)
-		}
-	}
-	return out
-}
-
 func resourceTestQuota(namespace string, hard corev1.ResourceName) *corev1.ResourceQuota {
 	return &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: "quota", Namespace: namespace},
@@ -256,7 +228,7 @@ type computeResourcesCase struct {
 	name     string
 	vmi      *virtv1.VirtualMachineInstance
 	cluster  *resourceTestCluster
-	objects  *resourceTestObjects
+	objects  *StaticObjects
 	networks map[string]string
 	requests map[corev1.ResourceName]string
 	limits   map[corev1.ResourceName]string
@@ -339,10 +311,10 @@ func TestComputeResources(t *testing.T) {
 	autoLimitsSelector := func(c *resourceTestCluster) {
 		c.cfg.AutoCPULimitNamespaceLabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"testAutoLimits": "true"}}
 	}
-	ratioNamespace := func(ratio string) *resourceTestObjects {
-		return &resourceTestObjects{
-			namespaces: map[string]*corev1.Namespace{"custom-ratio": resourceTestNamespace("custom-ratio", map[string]string{virtv1.AutoMemoryLimitsRatioLabel: ratio})},
-			quotas:     []*corev1.ResourceQuota{resourceTestQuota("custom-ratio", corev1.ResourceLimitsMemory)},
+	ratioNamespace := func(ratio string) *StaticObjects {
+		return &StaticObjects{
+			Namespaces: []*corev1.Namespace{resourceTestNamespace("custom-ratio", map[string]string{virtv1.AutoMemoryLimitsRatioLabel: ratio})},
+			Quotas:     []*corev1.ResourceQuota{resourceTestQuota("custom-ratio", corev1.ResourceLimitsMemory)},
 		}
 	}
 	// 64M requested, no topology: 125000 B page tables + 268Mi.
@@ -490,12 +462,10 @@ func TestComputeResources(t *testing.T) {
 			limits:   map[corev1.ResourceName]string{cpu: "8"},
 		},
 		{
-			name:    "a namespace matching autoCPULimitNamespaceLabelSelector gets a CPU limit of the vCPU count",
-			vmi:     resourceTestVMI("matching-label-ns", func(d *virtv1.DomainSpec) { d.CPU = &virtv1.CPU{Cores: 2} }),
-			cluster: newResourceTestCluster(autoLimitsSelector),
-			objects: &resourceTestObjects{namespaces: map[string]*corev1.Namespace{
-				"matching-label-ns": resourceTestNamespace("matching-label-ns", map[string]string{"testAutoLimits": "true"}),
-			}},
+			name:     "a namespace matching autoCPULimitNamespaceLabelSelector gets a CPU limit of the vCPU count",
+			vmi:      resourceTestVMI("matching-label-ns", func(d *virtv1.DomainSpec) { d.CPU = &virtv1.CPU{Cores: 2} }),
+			cluster:  newResourceTestCluster(autoLimitsSelector),
+			objects:  &StaticObjects{Namespaces: []*corev1.Namespace{resourceTestNamespace("matching-label-ns", map[string]string{"testAutoLimits": "true"})}},
 			requests: map[corev1.ResourceName]string{cpu: "200m"},
 			limits:   map[corev1.ResourceName]string{cpu: "2"},
 		},
@@ -503,7 +473,7 @@ func TestComputeResources(t *testing.T) {
 			name:     "a namespace not matching the selector gets no CPU limit",
 			vmi:      resourceTestVMI("somethingelse", func(d *virtv1.DomainSpec) { d.CPU = &virtv1.CPU{Cores: 2} }),
 			cluster:  newResourceTestCluster(autoLimitsSelector),
-			objects:  &resourceTestObjects{quotas: []*corev1.ResourceQuota{resourceTestQuota("somethingelse", corev1.ResourceCPU)}},
+			objects:  &StaticObjects{Quotas: []*corev1.ResourceQuota{resourceTestQuota("somethingelse", corev1.ResourceCPU)}},
 			requests: map[corev1.ResourceName]string{cpu: "200m"},
 			absent:   []corev1.ResourceName{cpu},
 		},
@@ -513,14 +483,14 @@ func TestComputeResources(t *testing.T) {
 				d.CPU = &virtv1.CPU{Cores: 2}
 				d.Resources.Requests = resList("cpu", "200m")
 			}),
-			objects:  &resourceTestObjects{quotas: []*corev1.ResourceQuota{resourceTestQuota("rq-namespace", corev1.ResourceLimitsCPU)}},
+			objects:  &StaticObjects{Quotas: []*corev1.ResourceQuota{resourceTestQuota("rq-namespace", corev1.ResourceLimitsCPU)}},
 			requests: map[corev1.ResourceName]string{cpu: "200m"},
 			limits:   map[corev1.ResourceName]string{cpu: "2"},
 		},
 		{
 			name:     "a quota on limits.memory gets twice the final memory request as limit",
 			vmi:      resourceTestVMI("rq-namespace", func(d *virtv1.DomainSpec) { d.Resources.Requests = resList("memory", "64M") }),
-			objects:  &resourceTestObjects{quotas: []*corev1.ResourceQuota{resourceTestQuota("rq-namespace", corev1.ResourceLimitsMemory)}},
+			objects:  &StaticObjects{Quotas: []*corev1.ResourceQuota{resourceTestQuota("rq-namespace", corev1.ResourceLimitsMemory)}},
 			requests: map[corev1.ResourceName]string{memory: smallRequest},
 			limits:   map[corev1.ResourceName]string{memory: "690286736"},
 		},
@@ -544,14 +514,14 @@ func TestComputeResources(t *testing.T) {
 				d.CPU = &virtv1.CPU{DedicatedCPUPlacement: true}
 				d.Resources.Requests = resList("memory", "64M")
 			}),
-			objects:  &resourceTestObjects{quotas: []*corev1.ResourceQuota{resourceTestQuota("rq-namespace", corev1.ResourceLimitsMemory)}},
+			objects:  &StaticObjects{Quotas: []*corev1.ResourceQuota{resourceTestQuota("rq-namespace", corev1.ResourceLimitsMemory)}},
 			requests: map[corev1.ResourceName]string{memory: "450000968"},
 			limits:   map[corev1.ResourceName]string{memory: "450000968"},
 		},
 		{
 			name:     "a quota without limits.memory sets no memory limit",
 			vmi:      resourceTestVMI("no-rq-namespace", func(d *virtv1.DomainSpec) { d.Resources.Requests = resList("memory", "64M") }),
-			objects:  &resourceTestObjects{quotas: []*corev1.ResourceQuota{resourceTestQuota("no-rq-namespace", corev1.ResourceMemory)}},
+			objects:  &StaticObjects{Quotas: []*corev1.ResourceQuota{resourceTestQuota("no-rq-namespace", corev1.ResourceMemory)}},
 			requests: map[corev1.ResourceName]string{memory: smallRequest},
 			absent:   []corev1.ResourceName{memory},
 		},
@@ -710,7 +680,7 @@ func TestComputeResources(t *testing.T) {
 			}
 			objects := tt.objects
 			if objects == nil {
-				objects = &resourceTestObjects{}
+				objects = &StaticObjects{}
 			}
 			got, err := computeResources(tt.vmi, cluster, objects, tt.networks, MemoryOverhead(tt.vmi, cluster))
 			if tt.wantErr != "" {
@@ -758,7 +728,7 @@ func TestComputeResourcesLeavesTheVMIUntouched(t *testing.T) {
 	})
 	before := vmi.DeepCopy()
 	cluster := newResourceTestCluster()
-	if _, err := computeResources(vmi, cluster, &resourceTestObjects{}, nil, MemoryOverhead(vmi, cluster)); err != nil {
+	if _, err := computeResources(vmi, cluster, &StaticObjects{}, nil, MemoryOverhead(vmi, cluster)); err != nil {
 		t.Fatal(err)
 	}
 	for name, q := range before.Spec.Domain.Resources.Requests {

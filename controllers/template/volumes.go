@@ -596,6 +596,9 @@ const backendStoragePrefix = "persistent-state-for"
 // the one labelled with the VMI's name, else the legacy one named after
 // it; "" when the VM controller has not created it yet.
 func backendStoragePVC(vmi *virtv1.VirtualMachineInstance, objects Objects) string {
+	if !needsBackendStorage(vmi) {
+		return "" // no need to list the namespace's claims on every render
+	}
 	legacy := ""
 	for _, pvc := range objects.PVCs(vmi.Namespace) {
 		if pvc.DeletionTimestamp != nil {
@@ -614,7 +617,10 @@ func backendStoragePVC(vmi *virtv1.VirtualMachineInstance, objects Objects) stri
 // migrationBackendStoragePVC is the migration target's backend-storage
 // PVC: the one the migration's state names, else the one labelled with the
 // migration's name.
-func migrationBackendStoragePVC(m *virtv1.VirtualMachineInstanceMigration, objects Objects) string {
+func migrationBackendStoragePVC(vmi *virtv1.VirtualMachineInstance, m *virtv1.VirtualMachineInstanceMigration, objects Objects) string {
+	if !needsBackendStorage(vmi) {
+		return ""
+	}
 	if s := m.Status.MigrationState; s != nil && s.TargetPersistentStatePVCName != "" {
 		if _, ok := objects.PVC(m.Namespace, s.TargetPersistentStatePVCName); ok {
 			return s.TargetPersistentStatePVCName

@@ -2,7 +2,6 @@ package template
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -34,41 +33,6 @@ func (c volumeTestCluster) FeatureGateEnabled(name string) bool {
 	}
 	return false
 }
-
-// volumeTestObjects is an Objects holding only claims.
-type volumeTestObjects struct {
-	pvcs []*corev1.PersistentVolumeClaim
-}
-
-func (o volumeTestObjects) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, bool) {
-	for _, p := range o.pvcs {
-		if p.Namespace == namespace && p.Name == name {
-			return p, true
-		}
-	}
-	return nil, false
-}
-
-func (o volumeTestObjects) PVCs(namespace string) []*corev1.PersistentVolumeClaim {
-	var out []*corev1.PersistentVolumeClaim
-	for _, p := range o.pvcs {
-		if p.Namespace == namespace {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func (volumeTestObjects) NetworkResourceName(namespace, name string) (string, error) {
-	return "", fmt.Errorf("no network attachment definition %s/%s", namespace, name)
-}
-
-func (volumeTestObjects) ConfigMap(namespace, name string) (*corev1.ConfigMap, error) {
-	return nil, fmt.Errorf("no configmap %s/%s", namespace, name)
-}
-
-func (volumeTestObjects) Namespace(string) (*corev1.Namespace, bool)    { return nil, false }
-func (volumeTestObjects) ResourceQuotas(string) []*corev1.ResourceQuota { return nil }
 
 // quantityComparer compares quantities by value and by how they print.
 var quantityComparer = cmp.Comparer(func(a, b resource.Quantity) bool {
@@ -616,7 +580,7 @@ func TestRenderVolumes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := renderVolumes(tc.vmi, tc.cluster, volumeTestObjects{pvcs: tc.pvcs}, tc.in)
+			got, err := renderVolumes(tc.vmi, tc.cluster, &StaticObjects{Claims: tc.pvcs}, tc.in)
 			if err != nil {
 				t.Fatalf("renderVolumes: %v", err)
 			}
@@ -661,7 +625,7 @@ func TestRenderVolumesErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := renderVolumes(tc.vmi, volumeTestCluster{}, volumeTestObjects{}, volumeInputs{})
+			_, err := renderVolumes(tc.vmi, volumeTestCluster{}, &StaticObjects{}, volumeInputs{})
 			if !tc.check(err) {
 				t.Errorf("unexpected error %v", err)
 			}

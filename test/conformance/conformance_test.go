@@ -128,9 +128,10 @@ func renderCase(t *testing.T, input, name string) []renderedCase {
 	vmi := &virtv1.VirtualMachineInstance{}
 	prefix := filepath.Join(kubevirtDir, name)
 	if err := readYAML(prefix+".vmi.yaml", vmi); err != nil {
-		if wantErr, rerr := os.ReadFile(prefix + ".error.txt"); rerr == nil {
-			// virt-api refused the VMI: there is nothing to render.
-			return []renderedCase{{name: name, wantErr: string(wantErr), gotErr: "refused by virt-api"}}
+		if _, rerr := os.ReadFile(prefix + ".error.txt"); rerr == nil {
+			// virt-api refused the VMI: there is nothing to render, and
+			// TestAPIDefaults checks that virtshard's defaults refuse it too.
+			return nil
 		}
 		t.Fatalf("%s: %v (run make generate)", name, err)
 	}
