@@ -141,6 +141,10 @@ $(BIN)/.kwok.stamp: $(TOOLS)/kwok/go.mod $(TOOLS)/kwok/go.sum
 # cluster runs kwok with Stages as API objects, which has no defaults. The
 # node Stages leave alone a node annotated virtshard.io/node-stopped, whose
 # kubelet the tests stop (deploy/kwok/stages/node-stopped.yaml).
+# Running containers report an image ID, as a kubelet's do: a migration
+# target runs its source's container disks by digest, and without one
+# KubeVirt refuses to render it.
+KWOK_IMAGE_ID := sha256:$(shell printf '%064d' 0 | tr 0 a)
 $(BIN)/.kwok-stages.stamp: $(TOOLS)/kwok/go.mod Makefile
 	@src=$$(cd $(TOOLS)/kwok && $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage && \
 	  mkdir -p $(BIN)/kwok-stages && \
@@ -148,6 +152,8 @@ $(BIN)/.kwok-stages.stamp: $(TOOLS)/kwok/go.mod Makefile
 	    $$src/pod/fast/pod-ready.yaml $$src/pod/fast/pod-complete.yaml $$src/pod/fast/pod-delete.yaml $(BIN)/kwok-stages/ && \
 	  sed -i 's|^    matchExpressions:|&\n    - key: .metadata.annotations["virtshard.io/node-stopped"]\n      operator: DoesNotExist|' \
 	    $(BIN)/kwok-stages/node-initialize.yaml $(BIN)/kwok-stages/node-heartbeat-with-lease.yaml
+	@sed -i 's|^\(      \)- image: {{ .image \| Quote }}$$|&\n\1  imageID: "$(KWOK_IMAGE_ID)"|' $(BIN)/kwok-stages/pod-ready.yaml && \
+	  test $$(grep -c '^        imageID: ' $(BIN)/kwok-stages/pod-ready.yaml) = 2
 	@touch $@
 
 # The Prometheus Operator's CRDs, from its pinned module.

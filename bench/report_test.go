@@ -1,6 +1,9 @@
 package bench
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSetAvailability(t *testing.T) {
 	r := &Report{Timeline: []Sample{
@@ -23,5 +26,25 @@ func TestSetAvailability(t *testing.T) {
 	none.setAvailability(64)
 	if none.Ranges != 0 || none.MinActiveRanges != 0 {
 		t.Errorf("no sample counted ranges, yet the report says %d of %d", none.MinActiveRanges, none.Ranges)
+	}
+}
+
+// Each verb and resource any run wrote gets a column; a run that did not
+// write it shows 0.
+func TestWriteWritesByVerb(t *testing.T) {
+	reports := []*Report{
+		{Scenario: "throughput", VMIs: 100, Replicas: 1, EventsPerVMI: 1,
+			WritesPerVMI: WritesPerVMI{Total: 3, ByVerbResource: map[string]float64{"create pods": 1, "patch pods/status": 1, "patch virtualmachineinstances": 1}}},
+		{Scenario: "migrations", VMIs: 10, Replicas: 3, EventsPerVMI: 2.5,
+			WritesPerVMI: WritesPerVMI{Total: 2.5, ByVerbResource: map[string]float64{"create pods": 1.5, "delete pods": 1}}},
+	}
+	var b strings.Builder
+	writeWritesByVerb(&b, reports)
+	want := "| run | create pods | delete pods | patch pods/status | patch virtualmachineinstances | total | events |\n" +
+		"|---|---:|---:|---:|---:|---:|---:|\n" +
+		"| throughput-100-r1 | 1.00 | 0.00 | 1.00 | 1.00 | 3.00 | 1.00 |\n" +
+		"| migrations-10-r3 | 1.50 | 1.00 | 0.00 | 0.00 | 2.50 | 2.50 |\n"
+	if got := b.String(); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
 }

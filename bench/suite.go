@@ -235,6 +235,9 @@ func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error 
 	fmt.Fprintln(w, "\nEvery run:")
 	fmt.Fprintln(w)
 	writeMarkdown(w, reports)
+	fmt.Fprintln(w, "\nController writes per VMI by verb and resource, and events per VMI (from the replicas' client metrics):")
+	fmt.Fprintln(w)
+	writeWritesByVerb(w, reports)
 	if e.o.Out == "" {
 		return nil
 	}
@@ -374,6 +377,29 @@ func writeMarkdown(w io.Writer, reports []*Report) {
 			r.Scenario, r.VMIs, r.Replicas, rate, r.Running, r.Stuck, r.DuplicateLauncherPods, r.VMIsPerSecond,
 			optional(r.CeilingPodsPerSecond, "%.1f"), optional(r.CeilingRatio, "%.2f"), latency,
 			r.WritesPerVMI.Total, r.AllClientWritesPerVMI, takeover, strings.Join(rss, ", "), strings.Join(cpu, ", "), strings.Join(cached, ", "))
+	}
+}
+
+// writeWritesByVerb writes one row per report with its controller writes
+// per VMI in one column per verb and resource any run made.
+func writeWritesByVerb(w io.Writer, reports []*Report) {
+	var keys []string
+	for _, r := range reports {
+		for key := range r.WritesPerVMI.ByVerbResource {
+			if !slices.Contains(keys, key) {
+				keys = append(keys, key)
+			}
+		}
+	}
+	slices.Sort(keys)
+	fmt.Fprintf(w, "| run | %s | total | events |\n", strings.Join(keys, " | "))
+	fmt.Fprintf(w, "|---|%s---:|---:|\n", strings.Repeat("---:|", len(keys)))
+	for _, r := range reports {
+		cells := make([]string, len(keys))
+		for i, key := range keys {
+			cells[i] = fmt.Sprintf("%.2f", r.WritesPerVMI.ByVerbResource[key])
+		}
+		fmt.Fprintf(w, "| %s-%d-r%d | %s | %.2f | %.2f |\n", r.Scenario, r.VMIs, r.Replicas, strings.Join(cells, " | "), r.WritesPerVMI.Total, r.EventsPerVMI)
 	}
 }
 

@@ -270,7 +270,7 @@ func (w *rbacWorkload) run() {
 
 	// A VM: the VM controller creates its VMI, the VMI controller its pod.
 	always, halted := virtv1.RunStrategyAlways, virtv1.RunStrategyHalted
-	template := workload.VMI("template")
+	template := workload.AsWritten("template")
 	vm := &virtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: "vm"},
 		Spec: virtv1.VirtualMachineSpec{RunStrategy: &always, Template: &virtv1.VirtualMachineInstanceTemplateSpec{

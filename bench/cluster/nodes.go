@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -23,6 +25,9 @@ const (
 	KwokNodeTypeLabel  = "type"
 	KwokNodeType       = "kwok"
 	SchedulableLabel   = "kubevirt.io/schedulable"
+	// MachineTypeLabel is what virt-handler's node labeller sets on a node
+	// that runs amd64's default machine type: launcher pods select it.
+	MachineTypeLabel = "machine-type.node.kubevirt.io/q35"
 )
 
 // NodeOptions say how many kwok nodes to have and what each offers.
@@ -65,11 +70,38 @@ func EnsureNodes(ctx context.Context, client kubernetes.Interface, opts NodeOpti
 	for i := range opts.Count {
 		node := NewNode(NodeName(i), opts.PodsPerNode)
 		_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+		if apierrors.IsAlreadyExists(err) {
+			err = ensureLabels(ctx, client, node)
+		}
+		if err != nil {
 			return fmt.Errorf("create node %s: %w", node.Name, err)
 		}
 	}
 	return nil
+}
+
+// ensureLabels adds node's labels to the existing node of its name: a
+// cluster started by an older version keeps its nodes.
+func ensureLabels(ctx context.Context, client kubernetes.Interface, node *corev1.Node) error {
+	existing, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	missing := map[string]string{}
+	for k, v := range node.Labels {
+		if existing.Labels[k] != v {
+			missing[k] = v
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": missing}})
+	if err != nil {
+		return err
+	}
+	_, err = client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // NewNode is a kwok node named name with room for pods pods, labelled and
@@ -91,6 +123,7 @@ func NewNode(name string, pods int64) *corev1.Node {
 			Labels: map[string]string{
 				KwokNodeTypeLabel:               KwokNodeType,
 				SchedulableLabel:                "true",
+				MachineTypeLabel:                "true",
 				corev1.LabelHostname:            name,
 				corev1.LabelOSStable:            "linux",
 				corev1.LabelArchStable:          "amd64",

@@ -1,11 +1,13 @@
-// Package workload makes the VMIs that the demo and the bench drive: small
-// VMIs that kwok's nodes run, created by concurrent creators, optionally at
+// Package workload makes the VMIs that the demo and the bench drive:
+// realistic VMIs, defaulted as virt-api stores them, that kwok's nodes run,
+// created by concurrent creators, optionally at
 // a fixed rate.
 package workload
 
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"strings"
 	"sync"
@@ -20,16 +22,82 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/controllers/apidefaults"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 )
 
-// VMI is a small VMI that kwok's nodes run: it tolerates their taint.
-func VMI(name string) *virtv1.VirtualMachineInstance {
+// The realistic workload: the everyday VMI of KubeVirt's examples, a
+// container-disk root disk with a cloud-init disk, the pod network through
+// masquerade, one vCPU, and one of four memory sizes from 128Mi to 1Gi. kwok
+// runs the launcher pods, so the image is never pulled.
+const (
+	DemoImage = "quay.io/kubevirt/cirros-container-disk-demo:v1.8.1"
+	userData  = "#cloud-config\nssh_authorized_keys: []\n"
+	// AppLabel labels every workload VMI.
+	AppLabel = "virtshard-workload"
+)
+
+var memorySizes = []string{"128Mi", "256Mi", "512Mi", "1Gi"}
+
+// AsWritten is a realistic VMI as a user writes it, before virt-api's
+// defaults: what a VM's template holds. Its memory size follows from its
+// name, so a run's sizes are the same every time.
+func AsWritten(name string) *virtv1.VirtualMachineInstance {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	memory := memorySizes[h.Sum32()%uint32(len(memorySizes))]
+	virtio := virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusVirtio}}
 	return &virtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "virtshard-workload"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": AppLabel}},
+		Spec: virtv1.VirtualMachineInstanceSpec{
+			Tolerations: []corev1.Toleration{{Key: cluster.KwokNodeTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Domain: virtv1.DomainSpec{
+				CPU: &virtv1.CPU{Cores: 1},
+				Resources: virtv1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(memory)},
+				},
+				Devices: virtv1.Devices{
+					Disks: []virtv1.Disk{{Name: "containerdisk", DiskDevice: virtio}, {Name: "cloudinitdisk", DiskDevice: virtio}},
+					Interfaces: []virtv1.Interface{{Name: "default",
+						InterfaceBindingMethod: virtv1.InterfaceBindingMethod{Masquerade: &virtv1.InterfaceMasquerade{}}}},
+				},
+			},
+			Networks:                      []virtv1.Network{*virtv1.DefaultPodNetwork()},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Volumes: []virtv1.Volume{
+				{Name: "containerdisk", VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: DemoImage}}},
+				{Name: "cloudinitdisk", VolumeSource: virtv1.VolumeSource{CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{UserData: userData}}},
+			},
+		},
+	}
+}
+
+// VMI is a realistic VMI as virt-api stores it: AsWritten with virt-api's
+// create-time defaults for a cluster with KubeVirt's default configuration.
+// The local cluster runs no virt-api, so the workload defaults its VMIs
+// itself; the API server drops the status the defaults set.
+func VMI(name string) *virtv1.VirtualMachineInstance {
+	vmi := AsWritten(name)
+	if err := apidefaults.Apply(vmi, defaultConfig, metav1.Now()); err != nil {
+		// AsWritten is fixed: KubeVirt accepts it on every architecture.
+		panic(fmt.Sprintf("defaults of the workload VMI: %v", err))
+	}
+	return vmi
+}
+
+// defaultConfig is for amd64, what the kwok nodes are.
+var defaultConfig = clusterconfig.DefaultConfig("amd64")
+
+// Bare is a VMI with only a memory request, for tests that give it their own
+// devices or break it on purpose.
+func Bare(name string) *virtv1.VirtualMachineInstance {
+	return &virtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": AppLabel}},
 		Spec: virtv1.VirtualMachineInstanceSpec{
 			Tolerations: []corev1.Toleration{{Key: cluster.KwokNodeTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{

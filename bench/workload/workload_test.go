@@ -3,17 +3,24 @@ package workload
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sync/atomic"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/template"
 )
 
 // A create whose connection breaks after the server took it is retried, and
@@ -78,5 +85,48 @@ func TestTransientErrors(t *testing.T) {
 		if got := transient(tc.err); got != tc.want {
 			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// The workload VMI is stored as virt-api would store it and renders the
+// launcher pod of a container-disk VMI: the disk's init and serving
+// containers, and a memory request above the guest's.
+func TestVMIIsRealisticAndDefaulted(t *testing.T) {
+	sizes := map[string]bool{}
+	for i := range 40 {
+		vmi := VMI(fmt.Sprintf("vmi-%05d", i))
+		guest := vmi.Spec.Domain.Memory
+		if guest == nil || guest.Guest == nil {
+			t.Fatalf("%s: no spec.domain.memory.guest: not defaulted", vmi.Name)
+		}
+		sizes[guest.Guest.String()] = true
+		if vmi.Spec.Domain.Machine == nil || vmi.Spec.Domain.Machine.Type == "" {
+			t.Errorf("%s: no machine type: not defaulted", vmi.Name)
+		}
+		if !slices.Contains(vmi.Finalizers, virtv1.VirtualMachineInstanceFinalizer) {
+			t.Errorf("%s: finalizers %v, want virt-api's %s", vmi.Name, vmi.Finalizers, virtv1.VirtualMachineInstanceFinalizer)
+		}
+		vmi.Namespace, vmi.UID = "ns", types.UID(fmt.Sprintf("uid-%d", i))
+		pod, err := template.Render(vmi, 0, template.Options{LauncherImage: "virt-launcher", RangeLabel: "range"},
+			clusterconfig.DefaultConfig("amd64"), &template.StaticObjects{})
+		if err != nil {
+			t.Fatalf("render %s: %v", vmi.Name, err)
+		}
+		containers := map[string]bool{}
+		for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+			containers[c.Name] = true
+		}
+		for _, want := range []string{"compute", "volumecontainerdisk", "volumecontainerdisk-init", "container-disk-binary"} {
+			if !containers[want] {
+				t.Errorf("%s: launcher pod has no container %s (has %v)", vmi.Name, want, containers)
+			}
+		}
+		compute := pod.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory]
+		if compute.Cmp(*guest.Guest) <= 0 {
+			t.Errorf("%s: compute requests %s, want more than the guest's %s (KubeVirt's overhead)", vmi.Name, compute.String(), guest.Guest.String())
+		}
+	}
+	if len(sizes) != len(memorySizes) {
+		t.Errorf("memory sizes %v over 40 VMIs, want all of %v", sizes, memorySizes)
 	}
 }

@@ -291,9 +291,11 @@ func cases() []badCase {
 		{"credentials-in-cloud-init", func(e *env) func(context.Context) string {
 			// Harmless to the controllers; the secret must stay out of their logs.
 			v := workload.VMI("cloud-init-secret")
-			v.Spec.Volumes = []virtv1.Volume{{Name: "cloudinit", VolumeSource: virtv1.VolumeSource{
-				CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{UserData: "#cloud-config\npassword: " + secret + "\n"},
-			}}}
+			for _, vol := range v.Spec.Volumes {
+				if vol.CloudInitNoCloud != nil {
+					vol.CloudInitNoCloud.UserData = "#cloud-config\npassword: " + secret + "\n"
+				}
+			}
 			e.createVMI(v)
 			return e.running(v.Name)
 		}},
@@ -356,7 +358,7 @@ func cases() []badCase {
 		}},
 		{"migration-of-vmi-not-running", func(e *env) func(context.Context) string {
 			// A VMI that cannot run (no memory) stays Pending.
-			v := workload.VMI("never-runs")
+			v := workload.Bare("never-runs")
 			v.Spec.Domain.Resources = virtv1.ResourceRequirements{}
 			e.createVMI(v)
 			if w := e.blocked(v.Name, vmi.ReasonInvalidSpec); w != nil {
@@ -411,7 +413,7 @@ func (e *env) createVMI(v *virtv1.VirtualMachineInstance) {
 // blockedVMI creates a VMI changed by mutate and expects it blocked for
 // reason, or refused by the API server.
 func (e *env) blockedVMI(name string, mutate func(*virtv1.VirtualMachineInstance), reason string) func(context.Context) string {
-	v := workload.VMI(name)
+	v := workload.Bare(name)
 	mutate(v)
 	withSecret(&v.ObjectMeta)
 	_, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), v, metav1.CreateOptions{})
@@ -539,7 +541,7 @@ func (e *env) editLauncherPod(name, patch string) func(context.Context) string {
 }
 
 func (e *env) tryCreateVM(name string, strategy virtv1.VirtualMachineRunStrategy) (*virtv1.VirtualMachine, error) {
-	template := workload.VMI(name)
+	template := workload.AsWritten(name)
 	withSecret(&template.ObjectMeta)
 	vm := &virtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

@@ -293,6 +293,18 @@ func migrationTargetAnnotations(vmi *virtv1.VirtualMachineInstance, source *core
 	return map[string]string{MultusNetworksAnnotation: multus}, nil
 }
 
+// PodInterfaceNames names each network's interface in the launcher pod as
+// pod's Multus network status shows the pod was named
+// (namescheme.CreateFromNetworkStatuses): net1, net2, … for a pod started
+// before KubeVirt v1.1, hashed names otherwise; eth0 for the primary
+// network either way.
+func PodInterfaceNames(networks []virtv1.Network, pod *corev1.Pod) map[string]string {
+	if hasOrdinalInterfaces(pod) {
+		return ordinalPodInterfaceNames(networks)
+	}
+	return hashedPodInterfaceNames(networks)
+}
+
 // hasOrdinalInterfaces tells whether Multus' network status on the pod
 // names any interface net<N>.
 func hasOrdinalInterfaces(pod *corev1.Pod) bool {

@@ -52,7 +52,7 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) createVM(name string, strategy virtv1.VirtualMachineRunStrategy, mutate func(*virtv1.VirtualMachineInstance)) *virtv1.VirtualMachine {
 	e.t.Helper()
-	vmi := workload.VMI(name)
+	vmi := workload.AsWritten(name)
 	if mutate != nil {
 		mutate(vmi)
 	}

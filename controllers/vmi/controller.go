@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -108,7 +107,8 @@ type Controller struct {
 	dataVolumes cache.SharedIndexInformer
 }
 
-// dataVolumeGVR is CDI's DataVolume; only its phase is read.
+// dataVolumeGVR is CDI's DataVolume; only its phase and Ready condition
+// are read.
 var dataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
 
 // item is a queued VMI: its range and namespace/name.
@@ -390,7 +390,7 @@ func (c *Controller) enqueue(rng int, obj any) {
 	c.queue.Add(item{rng, key})
 }
 
-// startDataVolumes starts a cluster-wide cache of DataVolume phases if the
+// startDataVolumes starts a cluster-wide cache of DataVolume states if the
 // cluster serves CDI's DataVolumes; without CDI it returns nil and
 // DataVolume volumes are judged by their PVC alone.
 func (c *Controller) startDataVolumes(ctx context.Context) (cache.SharedIndexInformer, error) {
@@ -407,7 +407,7 @@ func (c *Controller) startDataVolumes(ctx context.Context) (cache.SharedIndexInf
 	}
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.cfg.Dynamic, 0, c.cfg.Namespace, nil)
 	informer := factory.ForResource(dataVolumeGVR).Informer()
-	if err := informer.SetTransform(keepDataVolumePhase); err != nil {
+	if err := informer.SetTransform(keepDataVolumeStatus); err != nil {
 		return nil, err
 	}
 	changed := func(obj any) {
@@ -424,37 +424,6 @@ func (c *Controller) startDataVolumes(ctx context.Context) (cache.SharedIndexInf
 	c.dataVolumes = informer
 	go informer.RunWithContext(ctx)
 	return informer, nil
-}
-
-// keepDataVolumePhase keeps a DataVolume's name, namespace and phase only.
-func keepDataVolumePhase(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-	trimmed := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
-		"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace(),
-			"uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()},
-		"status": map[string]any{"phase": phase},
-	}}
-	return trimmed, nil
-}
-
-// dataVolumeReady reports whether the DataVolume namespace/name lets its
-// VMI start: CDI has populated it, or it waits for its first consumer (the
-// launcher pod). known is false when the cluster has no CDI.
-func (c *Controller) dataVolumeReady(key string) (ready, known bool) {
-	if c.dataVolumes == nil {
-		return false, false
-	}
-	obj, exists, _ := c.dataVolumes.GetStore().GetByKey(key)
-	if !exists {
-		return false, true
-	}
-	phase, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "status", "phase")
-	return phase == "Succeeded" || phase == "WaitForFirstConsumer" || phase == "PendingPopulation", true
 }
 
 // enqueueKey queues the VMI key if a range this replica acts on has it.

@@ -43,11 +43,12 @@ func toScheduling(l launcher, at metav1.Time) mutation {
 
 // toScheduled: the launcher pod runs and is ready on its node — the handoff
 // to the node agent. The status is KubeVirt's at Scheduled (updateStatus,
-// Scheduling with a ready pod): the node, the volumes' claims, the migration
-// transport, no PodScheduled, with one difference: Ready is the pod's, as
-// KubeVirt writes it in an update of its own once virt-handler reports the
-// guest Running (until then it says GuestNotRunning). virtshard does not
-// write the VMI after the handoff, so the Running VMI ends up as KubeVirt's.
+// Scheduling with a ready pod): the node, the volumes' claims, the pod
+// interfaces, the migration transport, no PodScheduled, with one
+// difference: Ready is the pod's, as KubeVirt writes it in an update of its
+// own once virt-handler reports the guest Running (until then it says
+// GuestNotRunning). virtshard does not write the VMI after the handoff, so
+// the Running VMI ends up as KubeVirt's.
 func toScheduled(l launcher, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
 		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) {
@@ -63,6 +64,7 @@ func toScheduled(l launcher, at metav1.Time) mutation {
 		readyFromPod(v, pod, at)
 		l.whileScheduling(v)
 		l.updateVolumeStatus(v)
+		setInterfaces(v, pod)
 		v.Status.NodeName = pod.Spec.NodeName
 		if v.Labels == nil {
 			v.Labels = map[string]string{}
@@ -132,6 +134,30 @@ func notSynchronized(reason, message string, at metav1.Time) mutation {
 			Reason:             reason,
 			Message:            message,
 		})
+		return !equality.Semantic.DeepEqual(before, &v.Status)
+	}
+}
+
+// waitForDataVolumes: the VMI has no pod yet, and a DataVolume of it is not
+// populated (it stays Pending) or failed (it fails). As KubeVirt's
+// updateStatus for a VMI without a pod, Ready is False (PodNotExists), and
+// DataVolumesReady sums the DataVolumes up; a failure sets no reason.
+func waitForDataVolumes(dvs []dataVolume, failed bool, at metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) > rank(virtv1.Pending) {
+			return false
+		}
+		before := v.Status.DeepCopy()
+		if v.Status.Phase == "" {
+			v.Status.Phase = virtv1.Pending
+			recordPhase(v, virtv1.Pending, v.CreationTimestamp)
+		}
+		notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)
+		setDataVolumesReady(v, dvs)
+		if failed {
+			recordPhase(v, virtv1.Failed, at)
+			v.Status.Phase = virtv1.Failed
+		}
 		return !equality.Semantic.DeepEqual(before, &v.Status)
 	}
 }

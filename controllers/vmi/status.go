@@ -56,6 +56,8 @@ type launcher struct {
 	memoryOverhead bool
 	// cdi: the cluster serves CDI, whose config sets the filesystem overhead.
 	cdi bool
+	// dataVolumes lists a VMI's DataVolumes, when the intent is applied.
+	dataVolumes func(*virtv1.VirtualMachineInstance) []dataVolume
 }
 
 // launcher snapshots what the status intents for pod need.
@@ -67,15 +69,20 @@ func (c *Controller) launcher(pod *corev1.Pod, pods []*corev1.Pod) launcher {
 		image:          c.cfg.Options.LauncherImage,
 		memoryOverhead: c.cfg.ClusterConfig.Current().VmiMemoryOverheadReportEnabled(),
 		cdi:            c.dataVolumes != nil,
+		dataVolumes:    c.dataVolumesOf,
 	}
 }
 
 // fromPod is what KubeVirt's updateStatus sets on every sync of a VMI whose
 // launcher pod exists, before it looks at the phase: activePods, the
-// launcher image, the backend-storage volume, the memory overhead.
+// launcher image, DataVolumesReady, the backend-storage volume, the memory
+// overhead.
 func (l launcher) fromPod(v *virtv1.VirtualMachineInstance) {
 	setActivePods(v, l.pods)
 	setLauncherImage(v, l.pod, l.image)
+	if l.dataVolumes != nil {
+		setDataVolumesReady(v, l.dataVolumes(v))
+	}
 	if pvc := backendStorageClaim(v, l.claims); pvc != nil {
 		setBackendStorageVolume(v, pvc)
 	}

@@ -32,7 +32,6 @@ const (
 	ReasonFailedCreate       = "FailedCreate"
 	ReasonSuccessfulDelete   = "SuccessfulDelete"
 	ReasonFailedPVCNotFound  = "FailedPvcNotFound"
-	ReasonDataVolumeNotReady = "DataVolumeNotReady"
 	ReasonInvalidNetwork     = "InvalidNetworkSpec"
 	ReasonInvalidSpec        = "InvalidSpec"
 	ReasonPodGone            = "PodNotExists"
@@ -175,14 +174,6 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 		c.blocked(it, cached, corev1.EventTypeWarning, ReasonInvalidSpec, err.Error())
 		return nil
 	}
-	for _, dv := range template.DataVolumeNames(vmi) {
-		if ready, known := c.dataVolumeReady(vmi.Namespace + "/" + dv); known && !ready {
-			// The DataVolume informer requeues this VMI when it changes.
-			c.blocked(it, cached, corev1.EventTypeNormal, ReasonDataVolumeNotReady,
-				fmt.Sprintf("DataVolume %s/%s is not ready, waiting for it", vmi.Namespace, dv))
-			return nil
-		}
-	}
 	for _, claim := range template.ClaimNames(vmi) {
 		if _, exists := c.cfg.Objects.PVC(vmi.Namespace, claim); !exists {
 			// The PVC informer requeues this VMI when the claim appears.
@@ -190,6 +181,13 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 				fmt.Sprintf("PVC %s/%s does not exist, waiting for it to appear", vmi.Namespace, claim))
 			return nil
 		}
+	}
+	// As KubeVirt, with no event: the VMI's DataVolumesReady says why it
+	// waits, and the DataVolume informer requeues it when one changes.
+	dvs := c.dataVolumesOf(vmi)
+	if failed, waiting := dataVolumeStates(dvs); failed != nil || waiting != nil {
+		c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, waitForDataVolumes(dvs, failed != nil, metav1.Now()))
+		return nil
 	}
 	if c.activeMigration(vmi) {
 		return nil // the migration informer requeues the VMI when it ends

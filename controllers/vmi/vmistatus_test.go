@@ -7,13 +7,19 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/bench/cluster/clustertest"
 	"github.com/virtshard/virtshard/bench/workload"
+	"github.com/virtshard/virtshard/controllers/controllertest"
 	"github.com/virtshard/virtshard/controllers/template"
 )
 
@@ -208,6 +214,10 @@ func TestScheduledStatusIsKubeVirts(t *testing.T) {
 			}
 		}
 	}
+	// The pod network's interface, as KubeVirt names it with no Multus.
+	if ifaces := scheduled.Status.Interfaces; len(ifaces) != 1 || ifaces[0].Name != "default" || ifaces[0].PodInterfaceName != "eth0" {
+		t.Errorf("Scheduled VMI's interfaces %+v, want default on eth0", ifaces)
+	}
 	// Ready as virtshard wrote it is the pod's, to the probe time.
 	podReady := podConditionOf(&pod, corev1.PodReady)
 	ready := condition(scheduled, virtv1.VirtualMachineInstanceReady)
@@ -256,4 +266,123 @@ func podConditionOf(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondi
 		}
 	}
 	return nil
+}
+
+var (
+	crdGVR        = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	dataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
+)
+
+// installDataVolumeCRD serves cdi.kubevirt.io/v1beta1 DataVolumes until the
+// test ends. It stands in for CDI's CRD, of which the controller reads
+// only the phase and the Ready condition; the test writes their status as
+// CDI would.
+func (e *env) installDataVolumeCRD(dyn dynamic.Interface) {
+	e.t.Helper()
+	ctx := context.Background()
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "datavolumes.cdi.kubevirt.io"},
+		"spec": map[string]any{
+			"group": "cdi.kubevirt.io", "scope": "Namespaced",
+			"names": map[string]any{"plural": "datavolumes", "singular": "datavolume", "kind": "DataVolume", "listKind": "DataVolumeList"},
+			"versions": []any{map[string]any{
+				"name": "v1beta1", "served": true, "storage": true,
+				"subresources": map[string]any{"status": map[string]any{}},
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+			}},
+		},
+	}}
+	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = dyn.Resource(crdGVR).Delete(context.Background(), crd.GetName(), metav1.DeleteOptions{}) })
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(dataVolumeGVR).Namespace(e.ns).List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	}); err != nil {
+		e.t.Fatal("DataVolumes not served within a minute")
+	}
+}
+
+// setDataVolume creates or updates DataVolume name with phase and a Ready
+// condition of status ready, as CDI reports an import.
+func (e *env) setDataVolume(dyn dynamic.Interface, name, phase string, ready corev1.ConditionStatus) {
+	e.t.Helper()
+	ctx := context.Background()
+	client := dyn.Resource(dataVolumeGVR).Namespace(e.ns)
+	dv, err := client.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		dv, err = client.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+			"metadata": map[string]any{"name": name},
+			"spec":     map[string]any{"source": map[string]any{"blank": map[string]any{}}},
+		}}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	dv.Object["status"] = map[string]any{"phase": phase, "conditions": []any{map[string]any{"type": "Ready", "status": string(ready)}}}
+	if _, err := client.UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// With CDI's DataVolumes served, a VMI waits, with no pod, for a DataVolume
+// CDI still imports and says so in DataVolumesReady; it starts once the
+// import succeeded, and a failed import fails a VMI before it has a pod.
+func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
+	ns, kube, kv := controllertest.Clients(t)
+	dyn := dynamic.NewForConfigOrDie(clustertest.Config(t))
+	e := &env{t: t, ns: ns, kube: kube, kv: kv}
+	// Before the replica starts: it looks for the CRD when it starts.
+	e.installDataVolumeCRD(dyn)
+	e.replicas = controllertest.StartN(t, e.ns, 1, nil)
+	versions := e.recordVMIs()
+
+	e.boundClaim("imported")
+	e.setDataVolume(dyn, "imported", "ImportInProgress", corev1.ConditionFalse)
+	vmi := workload.VMI("on-import")
+	vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, virtv1.Disk{Name: "data", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}})
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes, virtv1.Volume{Name: "data", VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: "imported"}}})
+	created := e.create(vmi)
+
+	waiting := e.waitVMI("on-import", time.Minute, "Pending with DataVolumesReady=False", func(v *virtv1.VirtualMachineInstance) bool {
+		c := condition(v, virtv1.VirtualMachineInstanceDataVolumesReady)
+		return c != nil && c.Status == corev1.ConditionFalse
+	})
+	if c := condition(waiting, virtv1.VirtualMachineInstanceDataVolumesReady); waiting.Status.Phase != virtv1.Pending ||
+		c.Reason != virtv1.VirtualMachineInstanceReasonNotAllDVsReady || c.Message != "Not all of the VMI's DVs are ready" {
+		t.Errorf("waiting VMI in phase %s with DataVolumesReady %+v, want Pending, NotAllDVsReady", waiting.Status.Phase, c)
+	}
+	if c := condition(waiting, virtv1.VirtualMachineInstanceSynchronized); c != nil {
+		t.Errorf("waiting VMI has Synchronized %+v; KubeVirt sets none while a DataVolume imports", c)
+	}
+	if pods := e.launcherPods(created); len(pods) != 0 {
+		t.Errorf("%d launcher pods while the DataVolume imports, want none", len(pods))
+	}
+
+	e.setDataVolume(dyn, "imported", "Succeeded", corev1.ConditionTrue)
+	e.waitVMI("on-import", time.Minute, "Running once the import succeeded", func(v *virtv1.VirtualMachineInstance) bool {
+		return v.Status.Phase == virtv1.Running
+	})
+	scheduled := versions.first("on-import", virtv1.Scheduled)
+	if scheduled == nil {
+		t.Fatal("the watch saw no Scheduled version of the VMI")
+	}
+	if c := condition(scheduled, virtv1.VirtualMachineInstanceDataVolumesReady); c == nil || c.Status != corev1.ConditionTrue ||
+		c.Reason != virtv1.VirtualMachineInstanceReasonAllDVsReady || c.Message != "All of the VMI's DVs are bound and ready" {
+		t.Errorf("Scheduled VMI's DataVolumesReady %+v, want True, AllDVsReady", c)
+	}
+
+	e.boundClaim("broken")
+	e.setDataVolume(dyn, "broken", "Failed", corev1.ConditionFalse)
+	doomed := workload.VMI("on-failed-import")
+	doomed.Spec.Domain.Devices.Disks = append(doomed.Spec.Domain.Devices.Disks, virtv1.Disk{Name: "data", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}})
+	doomed.Spec.Volumes = append(doomed.Spec.Volumes, virtv1.Volume{Name: "data", VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: "broken"}}})
+	createdDoomed := e.create(doomed)
+	e.waitVMI("on-failed-import", time.Minute, "Failed", func(v *virtv1.VirtualMachineInstance) bool { return v.Status.Phase == virtv1.Failed })
+	if pods := e.launcherPods(createdDoomed); len(pods) != 0 {
+		t.Errorf("%d launcher pods for a VMI on a failed import, want none", len(pods))
+	}
 }

@@ -1,0 +1,163 @@
+package vmi
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	virtv1 "kubevirt.io/api/core/v1"
+)
+
+// A VMI's CDI DataVolumes, as KubeVirt v1.8.1's VMI controller reads them
+// (pkg/virt-controller/watch/vmi/datavolumes.go, pkg/storage/types): the
+// launcher pod waits until each is populated (or waits for its first
+// consumer), a failed one fails the VMI before it has a pod, and the VMI's
+// DataVolumesReady condition sums up their Ready conditions.
+
+// DataVolume phases KubeVirt acts on (cdiv1.DataVolumePhase).
+const (
+	dvSucceeded         = "Succeeded"
+	dvFailed            = "Failed"
+	dvWaitFirstConsumer = "WaitForFirstConsumer"
+	dvPendingPopulation = "PendingPopulation"
+)
+
+// Reasons and messages of DataVolumesReady.
+const (
+	msgAllDVsReady    = "All of the VMI's DVs are bound and ready"
+	msgNotAllDVsReady = "Not all of the VMI's DVs are ready"
+)
+
+// dataVolume is what the cache keeps of a DataVolume.
+type dataVolume struct {
+	name  string
+	phase string
+	// ready is its Ready condition's status; Unknown without one.
+	ready corev1.ConditionStatus
+}
+
+// populated: the VMI may start on it (IsSucceededOrPendingPopulation).
+func (d dataVolume) populated() bool {
+	return d.phase == dvSucceeded || d.phase == dvPendingPopulation
+}
+
+// keepDataVolumeStatus keeps a DataVolume's name, namespace, phase and
+// Ready condition status only.
+func keepDataVolumeStatus(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	status := map[string]any{}
+	if phase, found, _ := unstructured.NestedString(u.Object, "status", "phase"); found {
+		status["phase"] = phase
+	}
+	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			status["conditions"] = []any{map[string]any{"type": "Ready", "status": m["status"]}}
+			break
+		}
+	}
+	trimmed := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
+		"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace(),
+			"uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()},
+		"status": status,
+	}}
+	return trimmed, nil
+}
+
+// dataVolumeFrom reads a cached DataVolume.
+func dataVolumeFrom(u *unstructured.Unstructured) dataVolume {
+	d := dataVolume{name: u.GetName(), ready: corev1.ConditionUnknown}
+	d.phase, _, _ = unstructured.NestedString(u.Object, "status", "phase")
+	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			if s, ok := m["status"].(string); ok {
+				d.ready = corev1.ConditionStatus(s)
+			}
+		}
+	}
+	return d
+}
+
+// dataVolumesOf lists the DataVolumes of vmi's volumes that exist, in
+// volume order: those DataVolume volumes name, and those controlling the
+// claims of PVC volumes (ListDataVolumesFromVolumes). It lists none on a
+// cluster without CDI.
+func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVolume {
+	if c.dataVolumes == nil {
+		return nil
+	}
+	var out []dataVolume
+	for _, vol := range vmi.Spec.Volumes {
+		name := ""
+		switch {
+		case vol.DataVolume != nil:
+			name = vol.DataVolume.Name
+		case vol.PersistentVolumeClaim != nil:
+			if pvc, ok := c.cfg.Objects.PVC(vmi.Namespace, vol.PersistentVolumeClaim.ClaimName); ok {
+				if owner := metav1.GetControllerOf(pvc); owner != nil && owner.Kind == "DataVolume" {
+					name = owner.Name
+				}
+			}
+		}
+		if name == "" {
+			continue
+		}
+		if obj, exists, _ := c.dataVolumes.GetStore().GetByKey(vmi.Namespace + "/" + name); exists {
+			out = append(out, dataVolumeFrom(obj.(*unstructured.Unstructured)))
+		}
+	}
+	return out
+}
+
+// dataVolumeStates is what blocks or fails a VMI's start: a DataVolume
+// that failed, or one neither populated nor waiting for its first consumer.
+func dataVolumeStates(dvs []dataVolume) (failed, waiting *dataVolume) {
+	for i, d := range dvs {
+		if d.phase == dvFailed && failed == nil {
+			failed = &dvs[i]
+		}
+		if !d.populated() && d.phase != dvWaitFirstConsumer && waiting == nil {
+			waiting = &dvs[i]
+		}
+	}
+	return failed, waiting
+}
+
+// setDataVolumesReady is aggregateDataVolumesConditions: True when every
+// DataVolume is Ready, False when any is not, Unknown otherwise; left
+// alone for a VMI with none. As KubeVirt's UpdateCondition, the condition
+// is replaced only when its status or reason changes, and has no times.
+func setDataVolumesReady(v *virtv1.VirtualMachineInstance, dvs []dataVolume) {
+	if len(dvs) == 0 {
+		return
+	}
+	c := virtv1.VirtualMachineInstanceCondition{
+		Type:    virtv1.VirtualMachineInstanceDataVolumesReady,
+		Status:  corev1.ConditionTrue,
+		Reason:  virtv1.VirtualMachineInstanceReasonAllDVsReady,
+		Message: msgAllDVsReady,
+	}
+	for _, d := range dvs {
+		if d.ready == corev1.ConditionTrue {
+			continue
+		}
+		c.Reason = virtv1.VirtualMachineInstanceReasonNotAllDVsReady
+		if d.ready == corev1.ConditionFalse || c.Status == corev1.ConditionTrue {
+			c.Status = d.ready
+		}
+	}
+	if c.Status != corev1.ConditionTrue {
+		c.Message = msgNotAllDVsReady
+	}
+	if cur := condition(v, c.Type); cur != nil {
+		if cur.Status != c.Status || cur.Reason != c.Reason {
+			*cur = c
+		}
+		return
+	}
+	v.Status.Conditions = append(v.Status.Conditions, c)
+}

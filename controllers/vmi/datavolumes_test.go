@@ -1,0 +1,134 @@
+package vmi
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	virtv1 "kubevirt.io/api/core/v1"
+)
+
+// The expected conditions are what KubeVirt v1.8.1's
+// aggregateDataVolumesConditions computes for the same DataVolumes.
+func TestSetDataVolumesReady(t *testing.T) {
+	dv := func(ready corev1.ConditionStatus) dataVolume { return dataVolume{name: "dv", ready: ready} }
+	cond := func(status corev1.ConditionStatus, reason, message string) *virtv1.VirtualMachineInstanceCondition {
+		return &virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceDataVolumesReady, Status: status, Reason: reason, Message: message}
+	}
+	allReady := cond(corev1.ConditionTrue, "AllDVsReady", msgAllDVsReady)
+	for _, tc := range []struct {
+		name   string
+		dvs    []dataVolume
+		before *virtv1.VirtualMachineInstanceCondition
+		want   *virtv1.VirtualMachineInstanceCondition
+	}{
+		{name: "no DataVolumes"},
+		{name: "all Ready", dvs: []dataVolume{dv(corev1.ConditionTrue), dv(corev1.ConditionTrue)}, want: allReady},
+		{name: "one without a Ready condition", dvs: []dataVolume{dv(corev1.ConditionTrue), dv(corev1.ConditionUnknown)},
+			want: cond(corev1.ConditionUnknown, "NotAllDVsReady", msgNotAllDVsReady)},
+		{name: "False wins over Unknown", dvs: []dataVolume{dv(corev1.ConditionUnknown), dv(corev1.ConditionFalse), dv(corev1.ConditionUnknown)},
+			want: cond(corev1.ConditionFalse, "NotAllDVsReady", msgNotAllDVsReady)},
+		{name: "same status and reason: kept as it was", dvs: []dataVolume{dv(corev1.ConditionTrue)},
+			before: cond(corev1.ConditionTrue, "AllDVsReady", "an older message"), want: cond(corev1.ConditionTrue, "AllDVsReady", "an older message")},
+		{name: "changed status: replaced", dvs: []dataVolume{dv(corev1.ConditionTrue)},
+			before: cond(corev1.ConditionFalse, "NotAllDVsReady", msgNotAllDVsReady), want: allReady},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &virtv1.VirtualMachineInstance{}
+			if tc.before != nil {
+				v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{*tc.before}
+			}
+			setDataVolumesReady(v, tc.dvs)
+			if diff := cmp.Diff(tc.want, condition(v, virtv1.VirtualMachineInstanceDataVolumesReady)); diff != "" {
+				t.Errorf("DataVolumesReady (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// What the cache keeps of a DataVolume is what the controller reads back.
+func TestKeepDataVolumeStatus(t *testing.T) {
+	full := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+		"metadata": map[string]any{"name": "root", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+			"annotations": map[string]any{"big": "annotation"}},
+		"spec": map[string]any{"source": map[string]any{"http": map[string]any{"url": "http://example/disk.img"}}},
+		"status": map[string]any{"phase": "ImportInProgress", "progress": "42%", "conditions": []any{
+			map[string]any{"type": "Bound", "status": "True"},
+			map[string]any{"type": "Ready", "status": "False", "reason": "TransferRunning", "message": "Import in progress"},
+		}},
+	}}
+	obj, err := keepDataVolumeStatus(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := obj.(*unstructured.Unstructured)
+	if _, found := kept.Object["spec"]; found || len(kept.GetAnnotations()) != 0 {
+		t.Errorf("kept %v, want no spec and no annotations", kept.Object)
+	}
+	want := dataVolume{name: "root", phase: "ImportInProgress", ready: corev1.ConditionFalse}
+	if got := dataVolumeFrom(kept); got != want {
+		t.Errorf("read back %+v, want %+v", got, want)
+	}
+	bare := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "new", "namespace": "ns"}}}
+	obj, _ = keepDataVolumeStatus(bare)
+	if got := dataVolumeFrom(obj.(*unstructured.Unstructured)); got != (dataVolume{name: "new", ready: corev1.ConditionUnknown}) {
+		t.Errorf("a DataVolume with no status read back as %+v, want no phase, Ready Unknown", got)
+	}
+}
+
+// A VMI without a pod waits for a DataVolume CDI still imports, and fails
+// on one that failed; a populated one or one waiting for its first
+// consumer lets it start (KubeVirt's areDataVolumesReady and
+// HasFailedDataVolumes).
+func TestWaitForDataVolumes(t *testing.T) {
+	for _, tc := range []struct {
+		phases       []string
+		wantFailed   bool
+		wantWaiting  bool
+		wantPhase    virtv1.VirtualMachineInstancePhase
+		wantDVsReady corev1.ConditionStatus
+	}{
+		{phases: []string{"Succeeded", "PendingPopulation", "WaitForFirstConsumer"}},
+		{phases: []string{"Succeeded", "ImportInProgress"}, wantWaiting: true, wantPhase: virtv1.Pending, wantDVsReady: corev1.ConditionUnknown},
+		{phases: []string{"Failed"}, wantFailed: true, wantWaiting: true, wantPhase: virtv1.Failed, wantDVsReady: corev1.ConditionUnknown},
+	} {
+		var dvs []dataVolume
+		for _, p := range tc.phases {
+			dvs = append(dvs, dataVolume{name: p, phase: p, ready: corev1.ConditionUnknown})
+		}
+		failed, waiting := dataVolumeStates(dvs)
+		if (failed != nil) != tc.wantFailed || (waiting != nil) != tc.wantWaiting {
+			t.Errorf("%v: failed %v, waiting %v; want failed %v, waiting %v", tc.phases, failed, waiting, tc.wantFailed, tc.wantWaiting)
+		}
+		if failed == nil && waiting == nil {
+			continue
+		}
+		v := testVMI("")
+		if !waitForDataVolumes(dvs, failed != nil, t1)(v) {
+			t.Fatalf("%v: nothing changed", tc.phases)
+		}
+		if v.Status.Phase != tc.wantPhase {
+			t.Errorf("%v: phase %s, want %s", tc.phases, v.Status.Phase, tc.wantPhase)
+		}
+		if c := condition(v, virtv1.VirtualMachineInstanceDataVolumesReady); c == nil || c.Status != tc.wantDVsReady {
+			t.Errorf("%v: DataVolumesReady %+v, want %s", tc.phases, c, tc.wantDVsReady)
+		}
+		if c := condition(v, virtv1.VirtualMachineInstanceReady); c == nil || c.Reason != virtv1.PodNotExistsReason {
+			t.Errorf("%v: Ready %+v, want False PodNotExists", tc.phases, c)
+		}
+		if c := condition(v, virtv1.VirtualMachineInstanceSynchronized); c != nil {
+			t.Errorf("%v: Synchronized %+v, want none (KubeVirt sets none)", tc.phases, c)
+		}
+		if waitForDataVolumes(dvs, failed != nil, t2)(v) {
+			t.Errorf("%v: a second write with nothing new changed the status", tc.phases)
+		}
+	}
+	deleted := testVMI(virtv1.Pending)
+	deleted.DeletionTimestamp = &metav1.Time{Time: t1.Time}
+	if waitForDataVolumes([]dataVolume{{phase: "Failed"}}, true, t1)(deleted) {
+		t.Error("a deleted VMI was written")
+	}
+}
