@@ -289,7 +289,7 @@ func (e *env) installDataVolumeCRD(dyn dynamic.Interface) {
 			"versions": []any{map[string]any{
 				"name": "v1beta1", "served": true, "storage": true,
 				"subresources": map[string]any{"status": map[string]any{}},
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+				"schema":       map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
 			}},
 		},
 	}}
