@@ -33,7 +33,8 @@ import (
 
 // The realistic workload: the everyday VMI of KubeVirt's examples, a
 // container-disk root disk with a cloud-init disk, the pod network through
-// masquerade, one vCPU, and one of four memory sizes from 128Mi to 1Gi. kwok
+// masquerade, one vCPU, one of four memory sizes from 128Mi to 1Gi, and
+// live migration on eviction. kwok
 // runs the launcher pods, so the image is never pulled.
 const (
 	DemoImage = "quay.io/kubevirt/cirros-container-disk-demo:v1.8.1"
@@ -67,6 +68,9 @@ func AsWritten(name string) *virtv1.VirtualMachineInstance {
 						InterfaceBindingMethod: virtv1.InterfaceBindingMethod{Masquerade: &virtv1.InterfaceMasquerade{}}}},
 				},
 			},
+			// As the VMs of KubeVirt's common templates: a drained node's
+			// VMIs migrate away.
+			EvictionStrategy:              ptr.To(virtv1.EvictionStrategyLiveMigrate),
 			Networks:                      []virtv1.Network{*virtv1.DefaultPodNetwork()},
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Volumes: []virtv1.Volume{
