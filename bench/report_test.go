@@ -48,3 +48,17 @@ func TestWriteWritesByVerb(t *testing.T) {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// The writes goal counts one pod status patch per VMI whatever kwok spared.
+func TestWritesGoalCountsTheReadinessGatePatch(t *testing.T) {
+	r := &Report{VMIs: 1000, WritesPerVMI: WritesPerVMI{Total: 2.4,
+		ByVerbResource: map[string]float64{"create pods": 1, "patch pods/status": 0.4, "patch virtualmachineinstances": 1}}}
+	g := writesGoal(r)
+	if g.met || !strings.Contains(g.measured, "with a kubelet, 3.00") {
+		t.Errorf("goal %+v, want missed at 3.00 with a kubelet", g)
+	}
+	r.WritesPerVMI = WritesPerVMI{Total: 1.5, ByVerbResource: map[string]float64{"create pods": 1, "patch virtualmachineinstances": 0.5}}
+	if g := writesGoal(r); !g.met {
+		t.Errorf("goal %+v, want met at 2.50 with a kubelet", g)
+	}
+}

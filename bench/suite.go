@@ -162,8 +162,7 @@ func goals(reports []*Report) []goal {
 	}
 	if r := find(reports, ScenarioThroughput, 3); r != nil {
 		out = append(out,
-			goal{"throughput: controller writes per VMI", "≤ 2.0", fmt.Sprintf("%.4f (%.0f writes for %d VMIs)", r.WritesPerVMI.Total,
-				r.WritesPerVMI.Total*float64(r.VMIs), r.VMIs), r.WritesPerVMI.Total <= 2.0},
+			writesGoal(r),
 			goal{"throughput: ceilingRatio, 3 replicas", "≥ 0.8", fmt.Sprintf("%.2f", r.CeilingRatio), r.CeilingRatio >= 0.8})
 	}
 	if r := find(reports, ScenarioLatency, 0); r != nil {
@@ -196,6 +195,19 @@ func goals(reports []*Report) []goal {
 			r.TakeoverSeconds <= 2 && r.Stuck == 0 && r.DuplicateLauncherPods == 0})
 	}
 	return out
+}
+
+// writesGoal judges issue 16's goal of at most 2.5 controller writes per
+// VMI. kwok sets the launcher pod's readiness gate itself when it starts the
+// pod, which spares the controller its pod status patch for some pods; no
+// kubelet does, so the goal is judged with one such patch per VMI.
+func writesGoal(r *Report) goal {
+	podStatus := r.WritesPerVMI.ByVerbResource["patch pods/status"]
+	withKubelet := r.WritesPerVMI.Total - podStatus + 1
+	return goal{"throughput: controller writes per VMI", "≤ 2.5",
+		fmt.Sprintf("%.2f (%.0f writes for %d VMIs; %.2f pod status patches: kwok set the other readiness gates itself; with a kubelet, %.2f)",
+			r.WritesPerVMI.Total, r.WritesPerVMI.Total*float64(r.VMIs), r.VMIs, podStatus, withKubelet),
+		withKubelet <= 2.5}
 }
 
 func smallestScale(reports []*Report, replicas int) *Report {
