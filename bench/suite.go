@@ -229,7 +229,7 @@ func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error 
 	gs := goals(reports)
 	for _, run := range suites[e.o.Suite] {
 		if !slices.ContainsFunc(reports, run.reported) {
-			gs = append(gs, goal{run.dir(), "a report", "none: the run did not complete", false})
+			gs = append(gs, goal{run.dir(), "a report", "none: not run or did not complete (see the reading)", false})
 		}
 	}
 	if len(gs) > 0 {
