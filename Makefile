@@ -84,7 +84,7 @@ controller: ## Build bin/virtshard-controller.
 	$(GO) build -o $(BIN)/virtshard-controller ./cmd/virtshard-controller
 
 .PHONY: bench
-bench: tools controller ## Every bench scenario at full size (the runs up to 10,000 VMIs took 35 min); rewrites BENCHMARKS.md's generated section and docs/bench/.
+bench: tools controller ## Every bench scenario at full size (on the realistic workload the runs up to 10,000 VMIs take over an hour); rewrites BENCHMARKS.md's generated section and docs/bench/.
 	$(GO) run ./cmd/virtshard-bench --suite full --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
 
 .PHONY: bench-smoke
