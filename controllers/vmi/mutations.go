@@ -106,15 +106,10 @@ func copyPodScheduled(cond corev1.PodCondition) mutation {
 // (PodNotExists), and a missing PVC also makes PodScheduled=False.
 func notSynchronized(reason, message string, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
-		if v.DeletionTimestamp != nil || rank(v.Status.Phase) > rank(virtv1.Pending) {
+		before, ok := pendingWithoutPod(v, at)
+		if !ok {
 			return false
 		}
-		before := v.Status.DeepCopy()
-		if v.Status.Phase == "" {
-			v.Status.Phase = virtv1.Pending
-			recordPhase(v, virtv1.Pending, v.CreationTimestamp)
-		}
-		notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)
 		if reason == ReasonFailedPVCNotFound {
 			// KubeVirt replaces it on every sync, and sets no times.
 			scheduled := virtv1.VirtualMachineInstanceCondition{
@@ -138,21 +133,33 @@ func notSynchronized(reason, message string, at metav1.Time) mutation {
 	}
 }
 
+// pendingWithoutPod is what KubeVirt's updateStatus sets on a VMI that is
+// not deleted, is not past Pending and has no pod: phase Pending, Ready
+// False (PodNotExists). It returns the status as it was before, to tell
+// whether anything changed; ok is false when the VMI is past that point.
+func pendingWithoutPod(v *virtv1.VirtualMachineInstance, at metav1.Time) (before *virtv1.VirtualMachineInstanceStatus, ok bool) {
+	if v.DeletionTimestamp != nil || rank(v.Status.Phase) > rank(virtv1.Pending) {
+		return nil, false
+	}
+	before = v.Status.DeepCopy()
+	if v.Status.Phase == "" {
+		v.Status.Phase = virtv1.Pending
+		recordPhase(v, virtv1.Pending, v.CreationTimestamp)
+	}
+	notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)
+	return before, true
+}
+
 // waitForDataVolumes: the VMI has no pod yet, and a DataVolume of it is not
 // populated (it stays Pending) or failed (it fails). As KubeVirt's
 // updateStatus for a VMI without a pod, Ready is False (PodNotExists), and
 // DataVolumesReady sums the DataVolumes up; a failure sets no reason.
 func waitForDataVolumes(dvs []dataVolume, failed bool, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
-		if v.DeletionTimestamp != nil || rank(v.Status.Phase) > rank(virtv1.Pending) {
+		before, ok := pendingWithoutPod(v, at)
+		if !ok {
 			return false
 		}
-		before := v.Status.DeepCopy()
-		if v.Status.Phase == "" {
-			v.Status.Phase = virtv1.Pending
-			recordPhase(v, virtv1.Pending, v.CreationTimestamp)
-		}
-		notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)
 		setDataVolumesReady(v, dvs)
 		if failed {
 			recordPhase(v, virtv1.Failed, at)
