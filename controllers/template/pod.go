@@ -73,7 +73,17 @@ func DefaultOptions() Options {
 // TemplateService.RenderLaunchManifest, with the differences listed in
 // docs/controller.md. vmi is as virt-api stored it (defaulted).
 func Render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster Cluster, objects Objects) (*corev1.Pod, error) {
-	return render(vmi, rng, opts, cluster, objects, nil, backendStoragePVC(vmi, objects))
+	return render(vmi, rng, opts, cluster, objects, nil, backendStoragePVC(vmi, objects), false)
+}
+
+// RenderProvisioning returns the temporary pod that lets vmi's
+// WaitForFirstConsumer DataVolumes bind (KubeVirt's
+// RenderLaunchManifestNoVm): the launcher pod, marked
+// kubevirt.io/ephemeral-provisioning, whose compute container only has to
+// be scheduled with the claims mounted and exits at once. It has its own
+// deterministic name, ProvisioningPodName.
+func RenderProvisioning(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster Cluster, objects Objects) (*corev1.Pod, error) {
+	return render(vmi, rng, opts, cluster, objects, nil, backendStoragePVC(vmi, objects), true)
 }
 
 // RenderMigrationTarget returns the launcher pod a migration of vmi starts
@@ -88,7 +98,7 @@ func RenderMigrationTarget(vmi *virtv1.VirtualMachineInstance, m *virtv1.Virtual
 	if err != nil {
 		return nil, fmt.Errorf("can not proceed with the migration when no reproducible image digest can be detected: %w", err)
 	}
-	pod, err := render(vmi, rng, opts, cluster, objects, imageIDs, migrationBackendStoragePVC(vmi, m, objects))
+	pod, err := render(vmi, rng, opts, cluster, objects, imageIDs, migrationBackendStoragePVC(vmi, m, objects), false)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +110,7 @@ func RenderMigrationTarget(vmi *virtv1.VirtualMachineInstance, m *virtv1.Virtual
 	return pod, nil
 }
 
-func render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster Cluster, objects Objects, imageIDs map[string]string, backendStoragePVC string) (*corev1.Pod, error) {
+func render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster Cluster, objects Objects, imageIDs map[string]string, backendStoragePVC string, provisioning bool) (*corev1.Pod, error) {
 	cfg := cluster.Configuration()
 	uid := runtimeUID(vmi)
 	nonRoot := isNonRoot(vmi)
@@ -134,34 +144,39 @@ func render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster C
 		return nil, err
 	}
 
-	command := []string{"/usr/bin/virt-launcher-monitor",
-		"--qemu-timeout", qemuTimeout(vmi, opts.QEMUTimeout),
-		"--name", vmi.Name,
-		"--uid", string(vmi.UID),
-		"--namespace", vmi.Namespace,
-		"--kubevirt-share-dir", virtShareDir,
-		"--ephemeral-disk-dir", ephemeralDiskDir,
-		"--container-disk-dir", containerDiskDir,
-		"--grace-period-seconds", strconv.FormatInt(gracePeriod, 10),
-		"--hook-sidecars", strconv.Itoa(len(sidecars)),
-		"--ovmf-path", ovmfPath(cfg, vmi.Spec.Architecture),
-		"--disk-memory-limit", strconv.FormatInt(diskMemoryLimit(cfg), 10),
-		"--hypervisor", hypervisorName(cluster),
-	}
-	if nonRoot {
-		command = append(command, "--run-as-nonroot")
-	}
-	if imageVolumes {
-		command = append(command, "--image-volume")
-	}
-	if cluster.FeatureGateEnabled(gateLibvirtHooksServerAndClient) {
-		command = append(command, "--libvirt-hook-server-and-client")
-	}
-	if cluster.FeatureGateEnabled(gatePodSecondaryInterfaceNamingUpgrade) {
-		command = append(command, "--upgrade-ordinal-ifaces")
-	}
-	if filters, ok := vmi.Annotations[virtv1.CustomLibvirtLogFiltersAnnotation]; ok {
-		command = append(command, "--libvirt-log-filters", filters)
+	// KubeVirt's temporary pod runs `bash -c echo` (its first word is
+	// bash's only command), then exits.
+	command := []string{"/bin/bash", "-c", "echo", "bound PVCs"}
+	if !provisioning {
+		command = []string{"/usr/bin/virt-launcher-monitor",
+			"--qemu-timeout", qemuTimeout(vmi, opts.QEMUTimeout),
+			"--name", vmi.Name,
+			"--uid", string(vmi.UID),
+			"--namespace", vmi.Namespace,
+			"--kubevirt-share-dir", virtShareDir,
+			"--ephemeral-disk-dir", ephemeralDiskDir,
+			"--container-disk-dir", containerDiskDir,
+			"--grace-period-seconds", strconv.FormatInt(gracePeriod, 10),
+			"--hook-sidecars", strconv.Itoa(len(sidecars)),
+			"--ovmf-path", ovmfPath(cfg, vmi.Spec.Architecture),
+			"--disk-memory-limit", strconv.FormatInt(diskMemoryLimit(cfg), 10),
+			"--hypervisor", hypervisorName(cluster),
+		}
+		if nonRoot {
+			command = append(command, "--run-as-nonroot")
+		}
+		if imageVolumes {
+			command = append(command, "--image-volume")
+		}
+		if cluster.FeatureGateEnabled(gateLibvirtHooksServerAndClient) {
+			command = append(command, "--libvirt-hook-server-and-client")
+		}
+		if cluster.FeatureGateEnabled(gatePodSecondaryInterfaceNamingUpgrade) {
+			command = append(command, "--upgrade-ordinal-ifaces")
+		}
+		if filters, ok := vmi.Annotations[virtv1.CustomLibvirtLogFiltersAnnotation]; ok {
+			command = append(command, "--libvirt-log-filters", filters)
+		}
 	}
 	if cfg.DeveloperConfiguration != nil && cfg.DeveloperConfiguration.UseEmulation {
 		command = append(command, "--allow-emulation")
@@ -240,6 +255,11 @@ func render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster C
 	if cluster.FeatureGateEnabled(gateVMIMemoryOverheadReport) {
 		annotations[virtv1.MemoryOverheadAnnotationBytes] = strconv.FormatInt(overhead.Value(), 10)
 	}
+	name := PodName(vmi)
+	if provisioning {
+		annotations[virtv1.EphemeralProvisioningObject] = "true"
+		name = ProvisioningPodName(vmi)
+	}
 
 	var initContainers []corev1.Container
 	if c := consoleLogContainer(vmi, opts.LauncherImage, cluster, verbosity); c != nil {
@@ -275,7 +295,7 @@ func render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster C
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            PodName(vmi),
+			Name:            name,
 			Namespace:       vmi.Namespace,
 			Labels:          labels,
 			Annotations:     annotations,

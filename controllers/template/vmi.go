@@ -97,7 +97,18 @@ func ValidateVolumes(vmi *virtv1.VirtualMachineInstance) error {
 // split brain. The UID suffix keeps a recreated VMI of the same name from
 // colliding with its predecessor's terminating pod.
 func PodName(vmi *virtv1.VirtualMachineInstance) string {
-	sum := sha256.Sum256([]byte(vmi.UID))
+	return launcherPodName(vmi, string(vmi.UID))
+}
+
+// ProvisioningPodName is the deterministic name of vmi's temporary
+// WaitForFirstConsumer pod (RenderProvisioning): as the launcher pod's,
+// with a suffix of its own, so the two never collide.
+func ProvisioningPodName(vmi *virtv1.VirtualMachineInstance) string {
+	return launcherPodName(vmi, string(vmi.UID)+"/provisioning")
+}
+
+func launcherPodName(vmi *virtv1.VirtualMachineInstance, seed string) string {
+	sum := sha256.Sum256([]byte(seed))
 	suffix := hex.EncodeToString(sum[:])[:5]
 	name := vmi.Name
 	const maxName = 63 - len("virt-launcher-") - 1 - 5

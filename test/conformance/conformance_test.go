@@ -143,6 +143,17 @@ func renderCase(t *testing.T, input, name string) []renderedCase {
 	c.want, c.wantErr = readPod(t, prefix+".pod.yaml", prefix+".error.txt")
 	cases := []renderedCase{c}
 
+	if hasDataVolume(vmi) {
+		// The temporary pod of a VMI whose DataVolume waits for its first
+		// consumer.
+		p := renderedCase{name: name + "/provisioning", qemuTimeoutBaseSecs: base}
+		p.got, p.gotErr = render(func() (*corev1.Pod, error) {
+			return template.RenderProvisioning(vmi.DeepCopy(), 0, opts, cluster, bundle.Objects)
+		})
+		p.want, p.wantErr = readPod(t, prefix+".provisioning.pod.yaml", prefix+".provisioning.error.txt")
+		cases = append(cases, p)
+	}
+
 	if bundle.Migration != nil {
 		source := &corev1.Pod{}
 		if err := readYAML(prefix+".source.pod.yaml", source); err != nil {
@@ -156,6 +167,10 @@ func renderCase(t *testing.T, input, name string) []renderedCase {
 		cases = append(cases, m)
 	}
 	return cases
+}
+
+func hasDataVolume(vmi *virtv1.VirtualMachineInstance) bool {
+	return slices.ContainsFunc(vmi.Spec.Volumes, func(v virtv1.Volume) bool { return v.DataVolume != nil })
 }
 
 func render(f func() (*corev1.Pod, error)) (*corev1.Pod, string) {

@@ -32,6 +32,8 @@ const (
 	targetPodSuffix = ".target.pod.yaml"
 	errorSuffix     = ".error.txt"
 	targetErrSuffix = ".target.error.txt"
+	provPodSuffix   = ".provisioning.pod.yaml"
+	provErrSuffix   = ".provisioning.error.txt"
 )
 
 func run(outDir string, corpusFiles []string) error {
@@ -91,6 +93,19 @@ func renderFile(outDir, path string) error {
 	if err := out.writeYAML(podSuffix, pod); err != nil {
 		return err
 	}
+	if hasDataVolume(vmi) {
+		// The temporary pod KubeVirt starts instead while a DataVolume
+		// waits for its first consumer.
+		provisioning, err := svc.RenderLaunchManifestNoVm(vmi)
+		if err != nil {
+			err = out.writeError(provErrSuffix, "render provisioning manifest", err)
+		} else {
+			err = out.writeYAML(provPodSuffix, provisioning)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	if c.Migration == nil {
 		return nil
 	}
@@ -107,6 +122,15 @@ func renderFile(outDir, path string) error {
 		return err
 	}
 	return out.writeYAML(targetPodSuffix, targetPod)
+}
+
+func hasDataVolume(vmi *v1.VirtualMachineInstance) bool {
+	for _, v := range vmi.Spec.Volumes {
+		if v.DataVolume != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // replaceQemuTimeout puts qemuTimeoutPlaceholder in place of the value of
@@ -182,7 +206,7 @@ func imageID(image string) string {
 type outputs struct{ dir string }
 
 func (o outputs) removeStale() error {
-	for _, suffix := range []string{vmiSuffix, podSuffix, sourcePodSuffix, targetPodSuffix, errorSuffix, targetErrSuffix} {
+	for _, suffix := range []string{vmiSuffix, podSuffix, sourcePodSuffix, targetPodSuffix, errorSuffix, targetErrSuffix, provPodSuffix, provErrSuffix} {
 		if err := os.Remove(o.dir + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
