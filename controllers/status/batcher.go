@@ -40,6 +40,11 @@ type Config[T runtime.Object] struct {
 	Workers int
 	// OnPatched is told about every successful patch (expectations, tests).
 	OnPatched func(obj T)
+	// OnNothingWritten, when set, is told about every batch of a held range
+	// that ended with no patch, because nothing was left to write or the
+	// server refused it for good: no informer event follows, so a
+	// reconcile that waited for the batch (Pending) must be queued again.
+	OnNothingWritten func(rng int, key string)
 	// Metrics receives batch sizes; nil means none.
 	Metrics *Metrics
 	// Busy, when set, reports whether the controller has many objects in
@@ -218,8 +223,12 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 		}
 		var patch []byte
 		patch, err = mergePatch(obj, p.mutations)
-		if err != nil || patch == nil {
-			return err // nothing left to write
+		if err != nil {
+			return err
+		}
+		if patch == nil {
+			b.nothingWritten(p.rng, key)
+			return nil // nothing left to write
 		}
 		if !b.cfg.Holds(p.rng) {
 			return nil
@@ -241,6 +250,7 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 			// The server will refuse this patch however often it is sent:
 			// drop it, and let the next reconcile send a fresh intent.
 			klog.FromContext(ctx).Error(err, "Dropping a status patch the server refuses", "batcher", b.cfg.Name, "key", key)
+			b.nothingWritten(p.rng, key)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt >= 3 {
@@ -250,6 +260,12 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 		// Someone wrote the object since our cache saw it: re-read it and
 		// re-apply the intents to what is there now.
 		obj, err = b.cfg.Fresh(ctx, namespace, name)
+	}
+}
+
+func (b *Batcher[T]) nothingWritten(rng int, key string) {
+	if b.cfg.OnNothingWritten != nil {
+		b.cfg.OnNothingWritten(rng, key)
 	}
 }
 

@@ -220,6 +220,33 @@ func TestAnIntentThatNoLongerAppliesWritesNothing(t *testing.T) {
 	}
 }
 
+// A batch that writes nothing is reported, so the reconcile that waited
+// for it runs again; one that writes is not (its informer event does it).
+func TestABatchThatWritesNothingIsReported(t *testing.T) {
+	s := newServer()
+	cfg := s.config(holdAll)
+	reported := make(chan string, 4)
+	cfg.OnNothingWritten = func(rng int, key string) { reported <- strconv.Itoa(rng) + " " + key }
+	b := New(cfg)
+	run(t, b)
+	b.Enqueue(3, "ns/v", "uid-v", time.Millisecond, func(*virtv1.VirtualMachineInstance) bool { return false })
+	select {
+	case got := <-reported:
+		if got != "3 ns/v" {
+			t.Errorf("reported %q, want range 3, key ns/v", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a batch that wrote nothing was not reported")
+	}
+	b.Enqueue(3, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
+	waitPatches(t, s, 1)
+	select {
+	case got := <-reported:
+		t.Errorf("a batch that wrote a patch was reported: %q", got)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
 func TestIntentsDieWithTheirObject(t *testing.T) {
 	s := newServer()
 	b := New(s.config(holdAll))

@@ -107,7 +107,7 @@ func TestWaitForDataVolumes(t *testing.T) {
 			continue
 		}
 		v := testVMI("")
-		if !waitForDataVolumes(dvs, failed != nil, t1)(v) {
+		if !waitForDataVolumes(dvs, nil, nil, t1)(v) {
 			t.Fatalf("%v: nothing changed", tc.phases)
 		}
 		if v.Status.Phase != tc.wantPhase {
@@ -122,13 +122,61 @@ func TestWaitForDataVolumes(t *testing.T) {
 		if c := condition(v, virtv1.VirtualMachineInstanceSynchronized); c != nil {
 			t.Errorf("%v: Synchronized %+v, want none (KubeVirt sets none)", tc.phases, c)
 		}
-		if waitForDataVolumes(dvs, failed != nil, t2)(v) {
+		if waitForDataVolumes(dvs, nil, nil, t2)(v) {
 			t.Errorf("%v: a second write with nothing new changed the status", tc.phases)
 		}
 	}
 	deleted := testVMI(virtv1.Pending)
 	deleted.DeletionTimestamp = &metav1.Time{Time: t1.Time}
-	if waitForDataVolumes([]dataVolume{{phase: "Failed"}}, true, t1)(deleted) {
+	if waitForDataVolumes([]dataVolume{{phase: "Failed"}}, nil, nil, t1)(deleted) {
 		t.Error("a deleted VMI was written")
+	}
+}
+
+// A VMI whose DataVolume waits for its first consumer stays Pending with
+// Provisioning=True, takes PodScheduled=False from the temporary pod, and
+// fails when that pod fails (KubeVirt's updateStatus, IsUnprocessed).
+func TestProvisioningStatus(t *testing.T) {
+	wffc := []dataVolume{{name: "disk", phase: dvWaitFirstConsumer, ready: corev1.ConditionFalse}}
+	temp := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "temp-uid"}, Spec: corev1.PodSpec{NodeName: ""}}
+	temp.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available"}}
+
+	v := testVMI("")
+	temp.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(v, virtv1.VirtualMachineInstanceGroupVersionKind)}
+	if !waitForDataVolumes(wffc, nil, nil, t1)(v) {
+		t.Fatal("nothing changed before the temporary pod")
+	}
+	if c := condition(v, virtv1.VirtualMachineInstanceProvisioning); v.Status.Phase != virtv1.Pending || c == nil ||
+		c.Status != corev1.ConditionTrue || c.Reason != "" || !c.LastTransitionTime.IsZero() {
+		t.Errorf("phase %s, Provisioning %+v; want Pending, True with no reason or time", v.Status.Phase, c)
+	}
+	if !waitForDataVolumes(wffc, []*corev1.Pod{temp}, temp, t2)(v) {
+		t.Fatal("the temporary pod changed nothing")
+	}
+	if c := condition(v, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c == nil || c.Message != "0/3 nodes are available" {
+		t.Errorf("PodScheduled %+v, want the temporary pod's", c)
+	}
+	if _, ok := v.Status.ActivePods["temp-uid"]; !ok || len(v.Status.ActivePods) != 1 {
+		t.Errorf("activePods %v, want the temporary pod's UID", v.Status.ActivePods)
+	}
+	if n := len(v.Status.Conditions); n != 4 || waitForDataVolumes(wffc, []*corev1.Pod{temp}, temp, t2)(v) {
+		t.Errorf("%d conditions (want Ready, DataVolumesReady, Provisioning, PodScheduled), or a second write changed them", n)
+	}
+
+	temp.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+	temp.Status.Phase = corev1.PodFailed
+	if !waitForDataVolumes(wffc, []*corev1.Pod{temp}, temp, t2)(v) || v.Status.Phase != virtv1.Failed {
+		t.Errorf("phase %s with a failed temporary pod, want Failed", v.Status.Phase)
+	}
+	if c := condition(v, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil {
+		t.Errorf("PodScheduled %+v once the temporary pod was scheduled, want none", c)
+	}
+
+	failed := testVMI("")
+	both := append([]dataVolume{{name: "broken", phase: dvFailed}}, wffc...)
+	if !waitForDataVolumes(both, nil, nil, t1)(failed) || failed.Status.Phase != virtv1.Failed ||
+		condition(failed, virtv1.VirtualMachineInstanceProvisioning) != nil {
+		t.Errorf("phase %s, conditions %+v with a failed DataVolume; want Failed, no Provisioning", failed.Status.Phase, failed.Status.Conditions)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/status"
+	"github.com/virtshard/virtshard/controllers/template"
 )
 
 // The status intents of the controller. Each is written against whatever
@@ -150,23 +151,51 @@ func pendingWithoutPod(v *virtv1.VirtualMachineInstance, at metav1.Time) (before
 	return before, true
 }
 
-// waitForDataVolumes: the VMI has no pod yet, and a DataVolume of it is not
-// populated (it stays Pending) or failed (it fails). As KubeVirt's
-// updateStatus for a VMI without a pod, Ready is False (PodNotExists), and
-// DataVolumesReady sums the DataVolumes up; a failure sets no reason.
-func waitForDataVolumes(dvs []dataVolume, failed bool, at metav1.Time) mutation {
+// waitForDataVolumes: the VMI has no launcher pod yet because of its
+// DataVolumes: one is not populated (it stays Pending), failed (it fails),
+// or waits for its first consumer (Provisioning=True; temp, the temporary
+// pod once it exists, lends the VMI its PodScheduled=False, and its failure
+// fails the VMI). As KubeVirt's updateStatus for a VMI without a launcher
+// pod: Ready is False (PodNotExists), activePods lists pods, temporary
+// ones included, and DataVolumesReady sums the DataVolumes up; a failure
+// sets no reason.
+func waitForDataVolumes(dvs []dataVolume, pods []*corev1.Pod, temp *corev1.Pod, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
 		before, ok := pendingWithoutPod(v, at)
 		if !ok {
 			return false
 		}
+		setActivePods(v, pods)
 		setDataVolumesReady(v, dvs)
+		failed := slices.ContainsFunc(dvs, func(d dataVolume) bool { return d.phase == dvFailed })
+		if !failed && waitsForFirstConsumer(dvs) {
+			if condition(v, virtv1.VirtualMachineInstanceProvisioning) == nil {
+				v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{
+					Type: virtv1.VirtualMachineInstanceProvisioning, Status: corev1.ConditionTrue,
+				})
+			}
+			if temp != nil {
+				syncPodScheduled(v, temp)
+				failed = temp.Status.Phase == corev1.PodFailed || temp.DeletionTimestamp != nil || computeFailed(temp)
+			}
+		}
 		if failed {
 			recordPhase(v, virtv1.Failed, at)
 			v.Status.Phase = virtv1.Failed
 		}
 		return !equality.Semantic.DeepEqual(before, &v.Status)
 	}
+}
+
+// computeFailed: the compute container terminated with a non-zero exit
+// code (KubeVirt's isComputeContainerFailed).
+func computeFailed(pod *corev1.Pod) bool {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == template.ComputeContainer && s.State.Terminated != nil && s.State.Terminated.ExitCode != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // toFailed: the launcher pod is gone or failed after Pending.

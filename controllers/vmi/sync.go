@@ -31,6 +31,7 @@ const (
 	ReasonSuccessfulCreate   = "SuccessfulCreate"
 	ReasonFailedCreate       = "FailedCreate"
 	ReasonSuccessfulDelete   = "SuccessfulDelete"
+	ReasonFailedDelete       = "FailedDelete"
 	ReasonFailedPVCNotFound  = "FailedPvcNotFound"
 	ReasonInvalidNetwork     = "InvalidNetworkSpec"
 	ReasonInvalidSpec        = "InvalidSpec"
@@ -58,6 +59,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 	}
 	if !exists {
 		c.expectations.Delete(it.rng, it.key)
+		c.waitingOnBatch.Delete(it.key)
 		return nil
 	}
 	podObjs, err := r.Pods.GetIndexer().ByIndex(byVMIUID, string(vmi.UID))
@@ -84,12 +86,21 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		if pod != nil {
 			return c.followPod(ctx, it, vmi, pod, pods)
 		}
-		if !satisfied || c.batcher.Pending(it.key, vmi.UID) {
-			// Our create is on its way to the cache, or the VMI has moved on
-			// in a status write not yet sent: never a second pod.
+		if !satisfied {
+			return nil // our create is on its way to the cache
+		}
+		if c.batcher.Pending(it.key, vmi.UID) {
+			// The VMI may have moved on in a status write not yet sent:
+			// never a second pod. Look again once it is written.
+			c.waitingOnBatch.Store(it.key, true)
+			if !c.batcher.Pending(it.key, vmi.UID) {
+				// Written meanwhile, maybe before the mark was seen.
+				c.waitingOnBatch.Delete(it.key)
+				c.queue.Add(it)
+			}
 			return nil
 		}
-		return c.createPod(ctx, it, vmi)
+		return c.createPod(ctx, it, vmi, pods)
 	case virtv1.Scheduling, virtv1.Scheduled, virtv1.Running:
 		if pod == nil {
 			if !satisfied {
@@ -142,10 +153,13 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 // node, the pod on that node — a migration's target pod becomes it when the
 // VMI moves, and the source pod, which then completes, stops being it —
 // before that, the newest pod that is not a migration target. Normally
-// there is one, by name.
+// there is one, by name. A temporary WaitForFirstConsumer pod never is.
 func activePod(vmi *virtv1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.Pod {
 	var active *corev1.Pod
 	for _, p := range pods {
+		if isProvisioningPod(p) {
+			continue
+		}
 		if node := vmi.Status.NodeName; node != "" && p.Spec.NodeName != node {
 			continue
 		}
@@ -159,9 +173,9 @@ func activePod(vmi *virtv1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.P
 	return active
 }
 
-// createPod checks that the VMI can run and creates its launcher pod.
-func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.VirtualMachineInstance) error {
-	logger := klog.FromContext(ctx)
+// createPod checks that the VMI can run and creates its launcher pod, or
+// first the temporary pod its WaitForFirstConsumer DataVolumes need.
+func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.VirtualMachineInstance, pods []*corev1.Pod) error {
 	vmi := cached.DeepCopy()
 	template.ApplyDefaults(vmi, c.cfg.Options)
 	if err := template.ValidateNetworks(vmi); err != nil {
@@ -185,14 +199,51 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	// As KubeVirt, with no event: the VMI's DataVolumesReady says why it
 	// waits, and the DataVolume informer requeues it when one changes.
 	dvs := c.dataVolumesOf(vmi)
-	if failed, waiting := dataVolumeStates(dvs); failed != nil || waiting != nil {
-		c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, waitForDataVolumes(dvs, failed != nil, metav1.Now()))
+	failed, waiting := dataVolumeStates(dvs)
+	wffc := waitsForFirstConsumer(dvs)
+	temps := provisioningPods(vmi, pods)
+	if !wffc && len(temps) > 0 {
+		// Their claims are bound: the temporary pods have done their job.
+		if err := c.deleteProvisioningPods(ctx, it, cached, temps); err != nil {
+			return err
+		}
+	}
+	if failed != nil || waiting != nil || wffc {
+		var temp *corev1.Pod
+		if len(temps) > 0 {
+			temp = temps[0]
+		} else if wffc && failed == nil && waiting == nil {
+			created, err := c.createLauncherPod(ctx, it, cached, vmi, template.RenderProvisioning)
+			if err != nil || created == nil {
+				return err
+			}
+			temp, pods = created, append(pods, created)
+		}
+		c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, waitForDataVolumes(dvs, pods, temp, metav1.Now()))
 		return nil
+	}
+	if len(temps) > 0 {
+		return nil // their deletion requeues the VMI
 	}
 	if c.activeMigration(vmi) {
 		return nil // the migration informer requeues the VMI when it ends
 	}
-	pod, err := template.Render(vmi, it.rng, c.cfg.Options, c.cfg.ClusterConfig.Current(), c.cfg.Objects)
+	created, err := c.createLauncherPod(ctx, it, cached, vmi, template.Render)
+	if err != nil || created == nil {
+		return err
+	}
+	c.batcher.EnqueueLazy(it.rng, it.key, cached.UID, c.lazyWait(), toScheduling(c.launcher(created, []*corev1.Pod{created}), metav1.Now()))
+	return nil
+}
+
+// renderer renders a pod for a VMI: template.Render or RenderProvisioning.
+type renderer func(*virtv1.VirtualMachineInstance, int, template.Options, template.Cluster, template.Objects) (*corev1.Pod, error)
+
+// createLauncherPod renders vmi's pod with render and creates it. It
+// returns nil, nil when there is nothing more to do in this sync: the pod
+// exists already, or the range is no longer held.
+func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi *virtv1.VirtualMachineInstance, render renderer) (*corev1.Pod, error) {
+	pod, err := render(vmi, it.rng, c.cfg.Options, c.cfg.ClusterConfig.Current(), c.cfg.Objects)
 	if err != nil {
 		// As KubeVirt: what is missing (a backend-storage PVC, a
 		// NetworkAttachmentDefinition) or refused (a host device the CR
@@ -200,29 +251,27 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 		// with backoff.
 		message := fmt.Sprintf("failed to render launch manifest: %v", err)
 		c.blocked(it, cached, corev1.EventTypeWarning, ReasonFailedCreate, message)
-		return errors.New(message)
+		return nil, errors.New(message)
 	}
 	if !c.cfg.Fence.Holds(it.rng) {
-		return nil
+		return nil, nil
 	}
 	c.expectations.ExpectCreations(it.rng, it.key, 1)
 	created, err := c.cfg.Kube.CoreV1().Pods(vmi.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		// The deterministic name makes a second launcher pod impossible:
-		// ours exists already (a previous owner's, or our own not yet seen).
+		// The deterministic name makes a second pod impossible: ours
+		// exists already (a previous owner's, or our own not yet seen).
 		c.expectations.CreationObserved(it.rng, it.key)
-		return nil
+		return nil, nil
 	case err != nil:
 		c.expectations.CreationObserved(it.rng, it.key)
 		c.recorder.Eventf(cached, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating pod: %v", err)
-		return fmt.Errorf("create launcher pod: %w", err)
+		return nil, fmt.Errorf("create launcher pod: %w", err)
 	}
-	logger.V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
+	klog.FromContext(ctx).V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
 	c.recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
-	at := metav1.Now()
-	c.batcher.EnqueueLazy(it.rng, it.key, cached.UID, c.lazyWait(), toScheduling(c.launcher(created, []*corev1.Pod{created}), at))
-	return nil
+	return created, nil
 }
 
 func (c *Controller) activeMigration(vmi *virtv1.VirtualMachineInstance) bool {

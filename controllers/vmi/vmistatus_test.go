@@ -293,8 +293,12 @@ func (e *env) installDataVolumeCRD(dyn dynamic.Interface) {
 			}},
 		},
 	}}
-	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
+	// A previous test's CRD may still be on its way out.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{})
+		return err == nil, nil
+	}); err != nil {
+		e.t.Fatal("could not create the DataVolume CRD within a minute")
 	}
 	e.t.Cleanup(func() { _ = dyn.Resource(crdGVR).Delete(context.Background(), crd.GetName(), metav1.DeleteOptions{}) })
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -330,7 +334,9 @@ func (e *env) setDataVolume(dyn dynamic.Interface, name, phase string, ready cor
 
 // With CDI's DataVolumes served, a VMI waits, with no pod, for a DataVolume
 // CDI still imports and says so in DataVolumesReady; it starts once the
-// import succeeded, and a failed import fails a VMI before it has a pod.
+// import succeeded, and a failed import fails a VMI before it has a pod. A
+// DataVolume waiting for its first consumer gets a temporary pod, deleted
+// once the import starts.
 func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
 	ns, kube, kv := controllertest.Clients(t)
 	dyn := dynamic.NewForConfigOrDie(clustertest.Config(t))
@@ -342,10 +348,7 @@ func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
 
 	e.boundClaim("imported")
 	e.setDataVolume(dyn, "imported", "ImportInProgress", corev1.ConditionFalse)
-	vmi := workload.VMI("on-import")
-	vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, virtv1.Disk{Name: "data", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}})
-	vmi.Spec.Volumes = append(vmi.Spec.Volumes, virtv1.Volume{Name: "data", VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: "imported"}}})
-	created := e.create(vmi)
+	created := e.create(withDataVolume(workload.VMI("on-import"), "imported"))
 
 	waiting := e.waitVMI("on-import", time.Minute, "Pending with DataVolumesReady=False", func(v *virtv1.VirtualMachineInstance) bool {
 		c := condition(v, virtv1.VirtualMachineInstanceDataVolumesReady)
@@ -377,12 +380,66 @@ func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
 
 	e.boundClaim("broken")
 	e.setDataVolume(dyn, "broken", "Failed", corev1.ConditionFalse)
-	doomed := workload.VMI("on-failed-import")
-	doomed.Spec.Domain.Devices.Disks = append(doomed.Spec.Domain.Devices.Disks, virtv1.Disk{Name: "data", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}})
-	doomed.Spec.Volumes = append(doomed.Spec.Volumes, virtv1.Volume{Name: "data", VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: "broken"}}})
-	createdDoomed := e.create(doomed)
+	createdDoomed := e.create(withDataVolume(workload.VMI("on-failed-import"), "broken"))
 	e.waitVMI("on-failed-import", time.Minute, "Failed", func(v *virtv1.VirtualMachineInstance) bool { return v.Status.Phase == virtv1.Failed })
 	if pods := e.launcherPods(createdDoomed); len(pods) != 0 {
 		t.Errorf("%d launcher pods for a VMI on a failed import, want none", len(pods))
 	}
+
+	// WaitForFirstConsumer: a temporary pod first, deleted once the import
+	// starts, then the launcher pod once it succeeded.
+	e.boundClaim("lazy")
+	e.setDataVolume(dyn, "lazy", "WaitForFirstConsumer", corev1.ConditionFalse)
+	createdLazy := e.create(withDataVolume(workload.VMI("on-first-consumer"), "lazy"))
+	provisioning := e.waitVMI("on-first-consumer", time.Minute, "Provisioning=True", func(v *virtv1.VirtualMachineInstance) bool {
+		return condition(v, virtv1.VirtualMachineInstanceProvisioning) != nil
+	})
+	if c := condition(provisioning, virtv1.VirtualMachineInstanceProvisioning); provisioning.Status.Phase != virtv1.Pending || c.Status != corev1.ConditionTrue {
+		t.Errorf("provisioning VMI in phase %s with Provisioning %+v, want Pending, True", provisioning.Status.Phase, c)
+	}
+	temps := e.launcherPods(createdLazy)
+	if len(temps) != 1 || temps[0].Annotations[virtv1.EphemeralProvisioningObject] != "true" ||
+		temps[0].Name != template.ProvisioningPodName(createdLazy) || temps[0].Spec.Containers[0].Command[0] != "/bin/bash" {
+		t.Fatalf("pods while the DataVolume waits for its first consumer: %v, want one temporary pod", podNames(temps))
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pod, err := e.kube.CoreV1().Pods(e.ns).Get(ctx, temps[0].Name, metav1.GetOptions{})
+		return err == nil && pod.Status.Phase == corev1.PodRunning, nil
+	}); err != nil {
+		t.Fatal("the temporary pod did not run within a minute")
+	}
+	e.setDataVolume(dyn, "lazy", "ImportInProgress", corev1.ConditionFalse)
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return len(e.launcherPods(createdLazy)) == 0, nil
+	}); err != nil {
+		t.Fatalf("the temporary pod was not deleted within a minute of the import's start: %v", podNames(e.launcherPods(createdLazy)))
+	}
+	if ev := e.events(createdLazy, "SuccessfulDelete"); len(ev) != 1 || ev[0].Message != "Deleted WaitForFirstConsumer temporary pod "+temps[0].Name {
+		t.Errorf("SuccessfulDelete events %v, want one for the temporary pod", ev)
+	}
+	e.setDataVolume(dyn, "lazy", "Succeeded", corev1.ConditionTrue)
+	e.waitVMI("on-first-consumer", time.Minute, "Running once the import succeeded", func(v *virtv1.VirtualMachineInstance) bool {
+		return v.Status.Phase == virtv1.Running
+	})
+	if c := condition(versions.first("on-first-consumer", virtv1.Scheduled), virtv1.VirtualMachineInstanceProvisioning); c != nil {
+		t.Errorf("Scheduled VMI has Provisioning %+v; KubeVirt removes it at Scheduling", c)
+	}
+	if pods := e.launcherPods(createdLazy); len(pods) != 1 || pods[0].Name != template.PodName(createdLazy) {
+		t.Errorf("pods of the started VMI: %v, want its launcher pod only", podNames(pods))
+	}
+}
+
+// withDataVolume adds a disk on DataVolume name to vmi.
+func withDataVolume(vmi *virtv1.VirtualMachineInstance, name string) *virtv1.VirtualMachineInstance {
+	vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, virtv1.Disk{Name: "data", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}})
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes, virtv1.Volume{Name: "data", VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: name}}})
+	return vmi
+}
+
+func podNames(pods []corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	return out
 }
