@@ -41,22 +41,19 @@ func (d dataVolume) populated() bool {
 }
 
 // keepDataVolumeStatus keeps a DataVolume's name, namespace, phase and
-// Ready condition status only.
+// Ready condition status only, as dataVolumeFrom reads them.
 func keepDataVolumeStatus(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil
 	}
+	d := dataVolumeFrom(u)
 	status := map[string]any{}
-	if phase, found, _ := unstructured.NestedString(u.Object, "status", "phase"); found {
-		status["phase"] = phase
+	if d.phase != "" {
+		status["phase"] = d.phase
 	}
-	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conditions {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
-			status["conditions"] = []any{map[string]any{"type": "Ready", "status": m["status"]}}
-			break
-		}
+	if d.ready != corev1.ConditionUnknown {
+		status["conditions"] = []any{map[string]any{"type": "Ready", "status": string(d.ready)}}
 	}
 	trimmed := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
@@ -67,7 +64,8 @@ func keepDataVolumeStatus(obj any) (any, error) {
 	return trimmed, nil
 }
 
-// dataVolumeFrom reads a cached DataVolume.
+// dataVolumeFrom reads a DataVolume: its phase and the status of its
+// Ready condition.
 func dataVolumeFrom(u *unstructured.Unstructured) dataVolume {
 	d := dataVolume{name: u.GetName(), ready: corev1.ConditionUnknown}
 	d.phase, _, _ = unstructured.NestedString(u.Object, "status", "phase")
@@ -77,6 +75,7 @@ func dataVolumeFrom(u *unstructured.Unstructured) dataVolume {
 			if s, ok := m["status"].(string); ok {
 				d.ready = corev1.ConditionStatus(s)
 			}
+			break
 		}
 	}
 	return d

@@ -54,23 +54,24 @@ type launcher struct {
 	image string
 	// memoryOverhead: the VmiMemoryOverheadReport feature gate is on.
 	memoryOverhead bool
-	// cdi: the cluster serves CDI, whose config sets the filesystem overhead.
-	cdi bool
-	// dataVolumes lists a VMI's DataVolumes, when the intent is applied.
+	// dataVolumes lists a VMI's DataVolumes, when the intent is applied;
+	// nil when the cluster does not serve CDI.
 	dataVolumes func(*virtv1.VirtualMachineInstance) []dataVolume
 }
 
 // launcher snapshots what the status intents for pod need.
 func (c *Controller) launcher(pod *corev1.Pod, pods []*corev1.Pod) launcher {
-	return launcher{
+	l := launcher{
 		pod:            pod,
 		pods:           pods,
 		claims:         c.cfg.Objects,
 		image:          c.cfg.Options.LauncherImage,
 		memoryOverhead: c.cfg.ClusterConfig.Current().VmiMemoryOverheadReportEnabled(),
-		cdi:            c.dataVolumes != nil,
-		dataVolumes:    c.dataVolumesOf,
 	}
+	if c.dataVolumes != nil {
+		l.dataVolumes = c.dataVolumesOf
+	}
+	return l
 }
 
 // fromPod is what KubeVirt's updateStatus sets on every sync of a VMI whose
@@ -381,7 +382,7 @@ func (l launcher) claimInfo(namespace, claim string, utility bool, s *virtv1.Vol
 // 0 for block claims and otherwise CDIConfig's, which virtshard does not
 // read: CDI's default, 5.5%, is taken (docs/controller.md).
 func (l launcher) filesystemOverhead(block bool) virtv1.Percent {
-	if l.cdi && block {
+	if l.dataVolumes != nil && block { // CDI is served
 		return "0"
 	}
 	return defaultFilesystemOverhead

@@ -368,7 +368,10 @@ func TestToScheduled(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := launcherOf(tt.pod, tt.claims, tt.others...)
-			l.cdi, l.memoryOverhead = tt.cdi, !tt.gateOff
+			l.memoryOverhead = !tt.gateOff
+			if tt.cdi {
+				l.dataVolumes = func(*virtv1.VirtualMachineInstance) []dataVolume { return nil }
+			}
 			v := tt.vmi.DeepCopy()
 			toScheduled(l, t2)(v)
 			tt.check(t, v)
