@@ -226,14 +226,6 @@ func TestScheduledStatusIsKubeVirts(t *testing.T) {
 		t.Errorf("Scheduled VMI's Ready %+v, want the pod's %+v", ready, podReady)
 	}
 
-	// kwok sets readiness gates True with no reason: "NotPaused" is the
-	// VMI controller's own patch (syncUnpaused), sent on the pod's first
-	// sync, before the scheduler placed it and kwok saw it.
-	unpaused := podConditionOf(&pod, virtv1.VirtualMachineUnpaused)
-	if unpaused == nil || unpaused.Status != corev1.ConditionTrue || unpaused.Reason != "NotPaused" {
-		t.Errorf("launcher pod's %s condition %+v, want True with reason NotPaused", virtv1.VirtualMachineUnpaused, unpaused)
-	}
-
 	// The VMI on the Pending claim: Scheduling, with what KubeVirt has set
 	// by then, and the scheduler's reason.
 	w := e.waitVMI("on-pending-claim", time.Minute, "Scheduling with PodScheduled=False", func(v *virtv1.VirtualMachineInstance) bool {
@@ -245,6 +237,21 @@ func TestScheduledStatusIsKubeVirts(t *testing.T) {
 		t.Fatalf("%d launcher pods on the Pending claim, want 1 (KubeVirt renders once the claim exists)", len(waitingPods))
 	}
 	wp := waitingPods[0]
+	// The readiness gate as the VMI controller patches it (syncUnpaused):
+	// on this pod, which no node ever runs, kwok cannot have set it first
+	// (it sets gates True with no reason when it starts a pod).
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pod, err := e.kube.CoreV1().Pods(e.ns).Get(ctx, wp.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		wp = *pod
+		c := podConditionOf(pod, virtv1.VirtualMachineUnpaused)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == "NotPaused", nil
+	}); err != nil {
+		t.Errorf("launcher pod's %s condition %+v a minute on, want True with reason NotPaused", virtv1.VirtualMachineUnpaused,
+			podConditionOf(&wp, virtv1.VirtualMachineUnpaused))
+	}
 	if w.Status.QOSClass == nil || *w.Status.QOSClass != wp.Status.QOSClass || w.Status.LauncherContainerImageVersion != wp.Spec.Containers[0].Image {
 		t.Errorf("Scheduling VMI: qosClass %v, image %q; want the pod's %q, %q", w.Status.QOSClass, w.Status.LauncherContainerImageVersion, wp.Status.QOSClass, wp.Spec.Containers[0].Image)
 	}
