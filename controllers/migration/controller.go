@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -21,8 +19,8 @@ import (
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/template"
-	"github.com/virtshard/virtshard/controllers/worker"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -64,6 +62,8 @@ type Config struct {
 	Objects template.Objects
 	// EventMetrics count the events sent; nil for none.
 	EventMetrics *events.Metrics
+	// ReconcileMetrics record each reconcile; nil for none.
+	ReconcileMetrics *sharded.Metrics
 }
 
 // ClusterConfig is the KubeVirt CR's configuration as a
@@ -76,20 +76,15 @@ type ClusterConfig interface {
 // Controller is the migration controller of one replica.
 type Controller struct {
 	cfg         Config
-	queue       workqueue.TypedRateLimitingInterface[item]
+	rt          *sharded.Runtime
 	permits     *Permits
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster
-	releasing   []atomic.Bool
-	inflight    []atomic.Int32
 }
 
 // item is a migration to reconcile, in the range of its VMI (or, while its
 // VMI is not found, of its own key).
-type item struct {
-	rng int
-	key string
-}
+type item = sharded.Item
 
 // New returns a controller registered with cfg.Caches.
 func New(cfg Config) (*Controller, error) {
@@ -107,10 +102,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{
 		cfg: cfg,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
-			workqueue.TypedRateLimitingQueueConfig[item]{Name: "migration"}),
-		releasing: make([]atomic.Bool, cfg.Ranges.Count()),
-		inflight:  make([]atomic.Int32, cfg.Ranges.Count()),
+		rt:  sharded.New(sharded.Config{Name: "migration", Ranges: cfg.Ranges.Count(), Fence: cfg.Fence, Metrics: cfg.ReconcileMetrics}),
 	}
 	c.permits = &Permits{
 		Client: cfg.Kube, Namespace: cfg.Namespace, Name: cfg.Name + "-migration-permits",
@@ -157,14 +149,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	limits := c.limits()
 	klog.FromContext(ctx).Info("Migration controller running", "workers", workers, "perCluster", limits.PerCluster, "perNode", limits.PerNode,
 		"perClusterOverride", c.cfg.Limits.PerCluster, "perNodeOverride", c.cfg.Limits.PerNode)
-	worker.Run(ctx, "migration", workers, c.queue, c.sync)
-	return nil
+	return c.rt.Run(ctx, workers, c.sync)
 }
 
 // Acquired implements caches.Consumer: follow the range's VMIs and target
 // pods, and queue the migrations of its VMIs.
 func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
-	c.releasing[r.Index].Store(false)
+	c.rt.Acquired(r.Index)
 	if err := r.VMIs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.vmiChanged(r.Index, obj) },
 		UpdateFunc: func(_, obj any) { c.vmiChanged(r.Index, obj) },
@@ -188,10 +179,7 @@ func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
 // Releasing implements caches.Consumer. Permits stay with their
 // migrations: the next owner goes on with them.
 func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
-	c.releasing[i].Store(true)
-	for c.inflight[i].Load() > 0 && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
-	}
+	c.rt.Releasing(ctx, i)
 }
 
 func unwrap(obj any) any {
@@ -213,11 +201,11 @@ func (c *Controller) migrationChanged(obj any) {
 		c.wakeWaiting() // a permit may be free
 	}
 	if rng, ok := c.vmiRange(m.Namespace + "/" + m.Spec.VMIName); ok {
-		c.queue.Add(item{rng, key})
+		c.rt.Add(rng, key)
 		return
 	}
 	if rng := c.cfg.Ranges.Of(m); c.cfg.Caches.Get(rng) != nil {
-		c.queue.Add(item{rng, key})
+		c.rt.Add(rng, key)
 	}
 }
 
@@ -231,7 +219,7 @@ func (c *Controller) wakeWaiting() {
 			continue
 		}
 		if rng, ok := c.vmiRange(m.Namespace + "/" + m.Spec.VMIName); ok {
-			c.queue.Add(item{rng, m.Namespace + "/" + m.Name})
+			c.rt.Add(rng, m.Namespace+"/"+m.Name)
 		}
 	}
 }
@@ -254,7 +242,7 @@ func (c *Controller) vmiChanged(rng int, obj any) {
 		return
 	}
 	for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
-		c.queue.Add(item{rng, m.Namespace + "/" + m.Name})
+		c.rt.Add(rng, m.Namespace+"/"+m.Name)
 	}
 }
 
@@ -264,7 +252,7 @@ func (c *Controller) podChanged(rng int, obj any) {
 		return
 	}
 	if name := pod.Annotations[virtv1.MigrationJobNameAnnotation]; name != "" {
-		c.queue.Add(item{rng, pod.Namespace + "/" + name})
+		c.rt.Add(rng, pod.Namespace+"/"+name)
 	}
 }
 

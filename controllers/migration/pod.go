@@ -70,19 +70,19 @@ func (c *Controller) renderTargetPod(rng int, m *virtv1.VirtualMachineInstanceMi
 }
 
 func (c *Controller) createTargetPod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, source *corev1.Pod) (*corev1.Pod, error) {
-	pod, err := c.renderTargetPod(it.rng, m, vmi, source)
+	pod, err := c.renderTargetPod(it.Range, m, vmi, source)
 	if err != nil {
-		return nil, fmt.Errorf("render target pod of migration %s: %w", it.key, err)
+		return nil, fmt.Errorf("render target pod of migration %s: %w", it.Key, err)
 	}
-	if !c.cfg.Fence.Holds(it.rng) {
-		return nil, fmt.Errorf("range %d no longer held", it.rng)
+	if !c.cfg.Fence.Holds(it.Range) {
+		return nil, fmt.Errorf("range %d no longer held", it.Range)
 	}
 	created, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return c.cfg.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create target pod of migration %s: %w", it.key, err)
+		return nil, fmt.Errorf("create target pod of migration %s: %w", it.Key, err)
 	}
 	c.recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulCreate, "Created migration target pod %s", created.Name)
 	return created, nil

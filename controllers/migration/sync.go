@@ -60,16 +60,11 @@ type state struct {
 }
 
 func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
-	c.inflight[it.rng].Add(1)
-	defer c.inflight[it.rng].Add(-1)
-	if !c.cfg.Fence.Holds(it.rng) || c.releasing[it.rng].Load() {
-		return 0, nil
-	}
-	r := c.cfg.Caches.Get(it.rng)
+	r := c.cfg.Caches.Get(it.Range)
 	if r == nil {
 		return 0, nil
 	}
-	obj, exists, err := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.key)
+	obj, exists, err := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.Key)
 	if err != nil || !exists {
 		return 0, err
 	}
@@ -105,7 +100,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 // holder of the migration's own range acts, and only once the API server
 // confirms the VMI does not exist (it may be another replica's).
 func (c *Controller) syncWithoutVMI(ctx context.Context, it item, s state) error {
-	if c.cfg.Ranges.Of(s.m) != it.rng {
+	if c.cfg.Ranges.Of(s.m) != it.Range {
 		return nil
 	}
 	if s.m.IsFinal() {
@@ -116,7 +111,7 @@ func (c *Controller) syncWithoutVMI(ctx context.Context, it item, s state) error
 	case apierrors.IsNotFound(err):
 		return c.failAndFinish(ctx, it, s, ReasonVMINotFound, fmt.Sprintf("VMI %s/%s does not exist", s.m.Namespace, s.m.Spec.VMIName))
 	case err != nil:
-		return fmt.Errorf("get VMI of migration %s: %w", it.key, err)
+		return fmt.Errorf("get VMI of migration %s: %w", it.Key, err)
 	}
 	return nil // it exists: its range's holder acts
 }
@@ -136,7 +131,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 		case err == nil:
 			s.pod = pod
 		case !apierrors.IsNotFound(err):
-			return 0, fmt.Errorf("get target pod of migration %s: %w", it.key, err)
+			return 0, fmt.Errorf("get target pod of migration %s: %w", it.Key, err)
 		}
 	}
 	if m.Status.Phase != virtv1.MigrationPhaseUnset && m.Status.Phase != virtv1.MigrationPending {
@@ -318,7 +313,7 @@ func podReady(pod *corev1.Pod) bool {
 // handleTargetPodHandoff writes it; and, with the VmiMemoryOverheadReport
 // gate, the target pod's memory overhead.
 func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pod, source *corev1.Pod) error {
-	if !c.cfg.Fence.Holds(it.rng) {
+	if !c.cfg.Fence.Holds(it.Range) {
 		return nil
 	}
 	cluster := c.cfg.ClusterConfig.Current()
@@ -347,7 +342,7 @@ func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMach
 		return err
 	}
 	if _, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("hand migration %s to the nodes: %w", it.key, err)
+		return fmt.Errorf("hand migration %s to the nodes: %w", it.Key, err)
 	}
 	c.recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulHandOff, "Migration target pod %s on node %s handed over to the node agents", pod.Name, pod.Spec.NodeName)
 	return nil
@@ -407,8 +402,8 @@ func replaceObject(old, next map[string]any) map[string]any {
 }
 
 func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
-	cached, exists, _ := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.key)
-	if exists && equality.Semantic.DeepEqual(cached.(*virtv1.VirtualMachineInstanceMigration).Status, m.Status) || !c.cfg.Fence.Holds(it.rng) {
+	cached, exists, _ := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.Key)
+	if exists && equality.Semantic.DeepEqual(cached.(*virtv1.VirtualMachineInstanceMigration).Status, m.Status) || !c.cfg.Fence.Holds(it.Range) {
 		return nil
 	}
 	updated, err := c.cfg.KubeVirt.Migrations(m.Namespace).UpdateStatus(ctx, m, metav1.UpdateOptions{})
@@ -416,7 +411,7 @@ func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.Virtual
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
-		return fmt.Errorf("update status of migration %s: %w", it.key, err)
+		return fmt.Errorf("update status of migration %s: %w", it.Key, err)
 	}
 	*m = *updated
 	return nil
@@ -447,13 +442,13 @@ func (c *Controller) failAndFinish(ctx context.Context, it item, s state, reason
 // of a successful one, older migrations of the VMI, and the finalizer.
 func (c *Controller) finish(ctx context.Context, it item, s state) error {
 	m := s.m
-	if !c.cfg.Fence.Holds(it.rng) {
+	if !c.cfg.Fence.Holds(it.Range) {
 		return nil
 	}
 	if m.Status.Phase == virtv1.MigrationFailed && s.pod != nil && s.pod.DeletionTimestamp == nil {
 		err := c.cfg.Kube.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.pod.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete target pod of migration %s: %w", it.key, err)
+			return fmt.Errorf("delete target pod of migration %s: %w", it.Key, err)
 		}
 		c.recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
 	}
@@ -481,7 +476,7 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 // again whenever its VMI changes; by then another migration's target may
 // run on the same node).
 func (c *Controller) markSourcePod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
-	r := c.cfg.Caches.Get(it.rng)
+	r := c.cfg.Caches.Get(it.Range)
 	ms := m.Status.MigrationState
 	if r == nil || ms == nil || ms.SourcePod == "" {
 		return nil
@@ -527,7 +522,7 @@ func (c *Controller) addFinalizer(ctx context.Context, it item, m *virtv1.Virtua
 }
 
 func (c *Controller) patchFinalizers(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, finalizers []string) error {
-	if !c.cfg.Fence.Holds(it.rng) {
+	if !c.cfg.Fence.Holds(it.Range) {
 		return nil
 	}
 	if finalizers == nil {
@@ -542,7 +537,7 @@ func (c *Controller) patchFinalizers(ctx context.Context, it item, m *virtv1.Vir
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("patch finalizers of migration %s: %w", it.key, err)
+		return fmt.Errorf("patch finalizers of migration %s: %w", it.Key, err)
 	}
 	// Go on from what the server returned, with the status worked out so far.
 	status := m.Status

@@ -34,7 +34,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
-	"github.com/virtshard/virtshard/controllers/worker"
+	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -72,6 +72,8 @@ type Config struct {
 	ClusterConfig ClusterConfig
 	// EventMetrics count the events sent; nil for none.
 	EventMetrics *events.Metrics
+	// ReconcileMetrics record each reconcile; nil for none.
+	ReconcileMetrics *sharded.Metrics
 }
 
 // ClusterConfig is the KubeVirt CR's configuration as a
@@ -134,8 +136,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	})
 	klog.FromContext(ctx).Info("Node controller running", "workers", workers, "gracePeriod", c.cfg.GracePeriod,
 		"drainTaint", c.drainTaintKey(), "drainTaintOverride", c.cfg.DrainTaintKey)
-	worker.Run(ctx, "node", workers, c.queue, c.sync)
-	return nil
+	// Nodes are not sharded: every replica looks at every node, and acts
+	// on the VMIs of its own ranges there.
+	return sharded.Work(ctx, "node", workers, c.queue, c.cfg.ReconcileMetrics, c.sync)
 }
 
 // Acquired implements caches.Consumer: the nodes of the range's VMIs are

@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -19,7 +18,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
-	"github.com/virtshard/virtshard/controllers/worker"
+	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -43,12 +42,14 @@ type Config struct {
 	Clock           clock.WithTicker
 	// EventMetrics count the events sent; nil for none.
 	EventMetrics *events.Metrics
+	// ReconcileMetrics record each reconcile; nil for none.
+	ReconcileMetrics *sharded.Metrics
 }
 
 // Controller is the VM controller of one replica.
 type Controller struct {
 	cfg          Config
-	queue        workqueue.TypedRateLimitingInterface[item]
+	rt           *sharded.Runtime
 	expectations *expectations.Expectations
 	recorder     record.EventRecorder
 	broadcaster  record.EventBroadcaster
@@ -57,17 +58,10 @@ type Controller struct {
 	// written a moment ago (a start failure, a consumed request) is not
 	// acted on as if it were not. Nil while the range is not held.
 	written []atomic.Pointer[cache.MutationCache]
-	// releasing[i] is set while range i is handed off; inflight[i] counts
-	// its syncs under way.
-	releasing []atomic.Bool
-	inflight  []atomic.Int32
 }
 
 // item is a queued VM: its range and namespace/name.
-type item struct {
-	rng int
-	key string
-}
+type item = sharded.Item
 
 // New returns a controller registered with cfg.Caches.
 func New(cfg Config) (*Controller, error) {
@@ -78,13 +72,10 @@ func New(cfg Config) (*Controller, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	c := &Controller{
-		cfg: cfg,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
-			workqueue.TypedRateLimitingQueueConfig[item]{Name: "vm", Clock: cfg.Clock}),
+		cfg:          cfg,
+		rt:           sharded.New(sharded.Config{Name: "vm", Ranges: cfg.Ranges.Count(), Fence: cfg.Fence, Clock: cfg.Clock, Metrics: cfg.ReconcileMetrics}),
 		expectations: expectations.New(cfg.Ranges.Count(), cfg.Clock),
 		written:      make([]atomic.Pointer[cache.MutationCache], cfg.Ranges.Count()),
-		releasing:    make([]atomic.Bool, cfg.Ranges.Count()),
-		inflight:     make([]atomic.Int32, cfg.Ranges.Count()),
 	}
 	c.broadcaster = record.NewBroadcaster()
 	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
@@ -93,13 +84,13 @@ func New(cfg Config) (*Controller, error) {
 
 // Run starts the workers and blocks until ctx is done. Ranges come and go
 // through Acquired/Releasing.
-func (c *Controller) Run(ctx context.Context, workers int) {
+func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.broadcaster.StartStructuredLogging(4)
 	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
 	defer sink.Wait()
 	defer c.broadcaster.Shutdown()
 	klog.FromContext(ctx).Info("VM controller running", "workers", workers)
-	worker.Run(ctx, "vm", workers, c.queue, c.sync)
+	return c.rt.Run(ctx, workers, c.sync)
 }
 
 // Acquired implements caches.Consumer: watch range r's VMs and VMIs; the
@@ -108,7 +99,7 @@ func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
 	written := cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), r.VMs.GetStore(),
 		cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 100000})
 	c.written[r.Index].Store(&written)
-	c.releasing[r.Index].Store(false)
+	c.rt.Acquired(r.Index)
 	if _, err := r.VMs.AddEventHandler(c.vmHandler(r.Index)); err != nil {
 		return err
 	}
@@ -118,10 +109,7 @@ func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
 // Releasing implements caches.Consumer: stop acting on range i and forget
 // its expectations; the next owner starts from the objects.
 func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
-	c.releasing[i].Store(true)
-	for c.inflight[i].Load() > 0 && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
-	}
+	c.rt.Releasing(ctx, i)
 	c.expectations.DropRange(i)
 	c.written[i].Store(nil)
 }
@@ -166,7 +154,7 @@ func (c *Controller) vmiHandler(rng int) cache.ResourceEventHandler {
 		AddFunc: func(obj any) {
 			if _, key, ok := owner(obj); ok {
 				c.expectations.CreationObserved(rng, key)
-				c.queue.Add(item{rng, key})
+				c.rt.Add(rng, key)
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
@@ -180,13 +168,13 @@ func (c *Controller) vmiHandler(rng int) cache.ResourceEventHandler {
 				if old.DeletionTimestamp == nil && vmi.DeletionTimestamp != nil {
 					c.expectations.DeletionObserved(rng, key, vmi.UID)
 				}
-				c.queue.Add(item{rng, key})
+				c.rt.Add(rng, key)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if vmi, key, ok := owner(obj); ok {
 				c.expectations.DeletionObserved(rng, key, vmi.UID)
-				c.queue.Add(item{rng, key})
+				c.rt.Add(rng, key)
 			}
 		},
 	}
@@ -197,7 +185,7 @@ func (c *Controller) enqueue(rng int, obj any) {
 	if err != nil {
 		return
 	}
-	c.queue.Add(item{rng, key})
+	c.rt.Add(rng, key)
 }
 
 var _ caches.Consumer = (*Controller)(nil)

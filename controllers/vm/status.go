@@ -26,7 +26,7 @@ const (
 func (c *Controller) writeStatus(ctx context.Context, it item, o observed, syncErr *syncError) error {
 	vm := o.vm
 	status := c.status(o, syncErr)
-	if equality.Semantic.DeepEqual(status, vm.Status) || !c.cfg.Fence.Holds(it.rng) {
+	if equality.Semantic.DeepEqual(status, vm.Status) || !c.cfg.Fence.Holds(it.Range) {
 		return nil
 	}
 	update := vm.DeepCopy()
@@ -36,9 +36,9 @@ func (c *Controller) writeStatus(ctx context.Context, it item, o observed, syncE
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("update status of VM %s: %w", it.key, err)
+		return fmt.Errorf("update status of VM %s: %w", it.Key, err)
 	}
-	c.wrote(it.rng, updated)
+	c.wrote(it.Range, updated)
 	return nil
 }
 

@@ -41,26 +41,19 @@ type observed struct {
 // sync reconciles one VM. It returns how long to wait before the next sync
 // when time alone will change the answer (a start backoff).
 func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
-	// Counted in flight before the checks, so that Releasing, which sets
-	// releasing first, can wait for every sync that got past them.
-	c.inflight[it.rng].Add(1)
-	defer c.inflight[it.rng].Add(-1)
-	if !c.cfg.Fence.Holds(it.rng) || c.releasing[it.rng].Load() {
-		return 0, nil // not ours (any more): the next owner reconciles it
-	}
-	r, written := c.cfg.Caches.Get(it.rng), c.written[it.rng].Load()
+	r, written := c.cfg.Caches.Get(it.Range), c.written[it.Range].Load()
 	if r == nil || written == nil {
 		return 0, nil
 	}
-	obj, exists, err := (*written).GetByKey(it.key)
+	obj, exists, err := (*written).GetByKey(it.Key)
 	if err != nil {
 		return 0, err
 	}
 	if !exists {
-		c.expectations.Delete(it.rng, it.key)
+		c.expectations.Delete(it.Range, it.Key)
 		// A VMI whose VM is gone (deleted with orphan propagation) must not
 		// keep our finalizer forever.
-		if vmi, _, err := r.VMIs.Get(it.key); err == nil && vmi != nil && metav1.GetControllerOf(vmi) != nil &&
+		if vmi, _, err := r.VMIs.Get(it.Key); err == nil && vmi != nil && metav1.GetControllerOf(vmi) != nil &&
 			metav1.GetControllerOf(vmi).Kind == virtv1.VirtualMachineGroupVersionKind.Kind {
 			orphan := *vmi
 			orphan.DeletionTimestamp = &metav1.Time{} // done, as far as the VM is concerned
@@ -70,14 +63,14 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	}
 	// A copy: the sync goes on from what its own writes return.
 	o := observed{vm: obj.(*virtv1.VirtualMachine).DeepCopy()}
-	vmi, _, err := r.VMIs.Get(it.key)
+	vmi, _, err := r.VMIs.Get(it.Key)
 	if err != nil {
 		return 0, err
 	}
 	var syncErr *syncError
 	var after time.Duration
 	if vmi != nil && !metav1.IsControlledBy(vmi, o.vm) {
-		syncErr = &syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.key)}
+		syncErr = &syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}
 		vmi, after = nil, foreignRetry
 	}
 	o.vmi = vmi
@@ -86,7 +79,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		syncErr = &syncError{"InvalidRunStrategy", err.Error()}
 	}
 
-	if c.expectations.Satisfied(it.rng, it.key) && syncErr == nil {
+	if c.expectations.Satisfied(it.Range, it.Key) && syncErr == nil {
 		after, err = c.act(ctx, it, &o)
 		var foreign errForeign
 		switch {
@@ -99,7 +92,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 			return 0, err
 		}
 	}
-	adds, dels := c.expectations.Pending(it.rng, it.key)
+	adds, dels := c.expectations.Pending(it.Range, it.Key)
 	o.creating, o.deleting = adds > 0, dels > 0
 	if syncErr != nil && !hasFailure(o.vm, syncErr.reason) {
 		// Once, as the Failure condition appears: not on every retry.
@@ -234,24 +227,24 @@ func newVMI(vm *virtv1.VirtualMachine, rng int) (*virtv1.VirtualMachineInstance,
 }
 
 func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
-	vmi, err := newVMI(vm, it.rng)
+	vmi, err := newVMI(vm, it.Range)
 	if err != nil {
 		return err
 	}
-	if !c.cfg.Fence.Holds(it.rng) {
+	if !c.cfg.Fence.Holds(it.Range) {
 		return nil
 	}
-	c.expectations.ExpectCreations(it.rng, it.key, 1)
+	c.expectations.ExpectCreations(it.Range, it.Key, 1)
 	created, err := c.cfg.KubeVirt.VirtualMachineInstances(vm.Namespace).Create(ctx, vmi, metav1.CreateOptions{})
 	if err != nil {
-		c.expectations.CreationObserved(it.rng, it.key)
+		c.expectations.CreationObserved(it.Range, it.Key)
 		if apierrors.IsAlreadyExists(err) {
 			return c.alreadyExists(ctx, it, vm)
 		}
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) {
 			return &syncError{"FailedCreate", "Error creating virtual machine instance: " + err.Error()}
 		}
-		return fmt.Errorf("create VMI %s: %w", it.key, err)
+		return fmt.Errorf("create VMI %s: %w", it.Key, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Started VM", "vm", klog.KObj(vm), "vmi", created.UID)
 	c.recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulCreate", "Started the virtual machine by creating the new virtual machine instance %s", created.Name)
@@ -271,29 +264,29 @@ type errForeign struct{ *syncError }
 func (c *Controller) alreadyExists(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
 	existing, err := c.cfg.KubeVirt.VirtualMachineInstances(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("get VMI %s: %w", it.key, err)
+		return fmt.Errorf("get VMI %s: %w", it.Key, err)
 	}
 	if metav1.IsControlledBy(existing, vm) {
 		return nil // ours: the informer will show it
 	}
-	return errForeign{&syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.key)}}
+	return errForeign{&syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}}
 }
 
 func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) error {
-	if !c.cfg.Fence.Holds(it.rng) {
+	if !c.cfg.Fence.Holds(it.Range) {
 		return nil
 	}
-	c.expectations.ExpectDeletions(it.rng, it.key, vmi.UID)
+	c.expectations.ExpectDeletions(it.Range, it.Key, vmi.UID)
 	err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Delete(ctx, vmi.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &vmi.UID},
 	})
 	if err != nil {
-		c.expectations.DeletionObserved(it.rng, it.key, vmi.UID)
+		c.expectations.DeletionObserved(it.Range, it.Key, vmi.UID)
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil // gone, or another VMI by now: the informer tells
 		}
 		c.recorder.Eventf(vm, corev1.EventTypeWarning, "FailedDelete", "Error deleting virtual machine instance %s: %v", vmi.Name, err)
-		return fmt.Errorf("delete VMI %s: %w", it.key, err)
+		return fmt.Errorf("delete VMI %s: %w", it.Key, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Stopped VM", "vm", klog.KObj(vm), "vmi", vmi.UID)
 	c.recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulDelete", "Stopped the virtual machine by deleting the virtual machine instance %s", vmi.UID)
@@ -322,7 +315,7 @@ func (c *Controller) removeFinalizer(ctx context.Context, it item, vm *virtv1.Vi
 }
 
 func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.VirtualMachine, finalizers []string) error {
-	if !c.cfg.Fence.Holds(it.rng) {
+	if !c.cfg.Fence.Holds(it.Range) {
 		return nil
 	}
 	patch, err := finalizerPatch(vm.ResourceVersion, finalizers)
@@ -334,11 +327,11 @@ func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("patch finalizers of VM %s: %w", it.key, err)
+		return fmt.Errorf("patch finalizers of VM %s: %w", it.Key, err)
 	}
 	// The rest of this sync works on what the server returned.
 	*vm = *updated
-	c.wrote(it.rng, updated)
+	c.wrote(it.Range, updated)
 	return nil
 }
 
@@ -349,7 +342,7 @@ func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.
 func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error {
 	vmi := o.vmi
 	if vmi == nil || !(vmi.IsFinal() || vmi.DeletionTimestamp != nil) ||
-		!slices.Contains(vmi.Finalizers, virtv1.VirtualMachineControllerFinalizer) || !c.cfg.Fence.Holds(it.rng) {
+		!slices.Contains(vmi.Finalizers, virtv1.VirtualMachineControllerFinalizer) || !c.cfg.Fence.Holds(it.Range) {
 		return nil
 	}
 	patch, err := finalizerPatch(vmi.ResourceVersion, slices.DeleteFunc(slices.Clone(vmi.Finalizers), func(f string) bool {
@@ -360,7 +353,7 @@ func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error 
 	}
 	_, err = c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("release VMI %s: %w", it.key, err)
+		return fmt.Errorf("release VMI %s: %w", it.Key, err)
 	}
 	return nil
 }

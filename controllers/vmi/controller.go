@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -29,6 +28,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/profiling"
+	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/shard"
@@ -78,12 +78,14 @@ type Config struct {
 	StatusMetrics    *status.Metrics
 	// EventMetrics count the events sent; nil for none.
 	EventMetrics *events.Metrics
+	// ReconcileMetrics record each reconcile; nil for none.
+	ReconcileMetrics *sharded.Metrics
 }
 
 // Controller is the VMI controller of one replica.
 type Controller struct {
 	cfg          Config
-	queue        workqueue.TypedRateLimitingInterface[item]
+	rt           *sharded.Runtime
 	expectations *expectations.Expectations
 	batcher      *status.Batcher[*virtv1.VirtualMachineInstance]
 	recorder     record.EventRecorder
@@ -93,11 +95,8 @@ type Controller struct {
 	// the objects our own patches returned until the informers catch up,
 	// so that the next patch of a VMI starts from its latest
 	// resourceVersion instead of conflicting. Nil while the range is not
-	// held; releasing[i] is set while it is handed off.
-	written   []atomic.Pointer[[2]cache.MutationCache]
-	releasing []atomic.Bool
-	// inflight[i] counts syncs of range i under way.
-	inflight []atomic.Int32
+	// held.
+	written []atomic.Pointer[[2]cache.MutationCache]
 
 	// gatesSent maps a launcher pod's UID to the unpaused condition
 	// (true: unpaused) our last readiness-gate patch set, until the pod
@@ -116,22 +115,16 @@ type Controller struct {
 var dataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
 
 // item is a queued VMI: its range and namespace/name.
-type item struct {
-	rng int
-	key string
-}
+type item = sharded.Item
 
 // New returns a controller registered with cfg.Caches; Run starts it, and
 // it acts on ranges as the caches call Acquired and Releasing.
 func New(cfg Config) (*Controller, error) {
 	c := &Controller{
-		cfg: cfg,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
-			workqueue.TypedRateLimitingQueueConfig[item]{Name: "vmi"}),
+		cfg:          cfg,
+		rt:           sharded.New(sharded.Config{Name: "vmi", Ranges: cfg.Ranges.Count(), Fence: cfg.Fence, Metrics: cfg.ReconcileMetrics}),
 		expectations: expectations.New(cfg.Ranges.Count(), clock.RealClock{}),
 		written:      make([]atomic.Pointer[[2]cache.MutationCache], cfg.Ranges.Count()),
-		releasing:    make([]atomic.Bool, cfg.Ranges.Count()),
-		inflight:     make([]atomic.Int32, cfg.Ranges.Count()),
 	}
 	c.batcher = status.New(status.Config[*virtv1.VirtualMachineInstance]{
 		Name:    "vmi",
@@ -154,7 +147,7 @@ func New(cfg Config) (*Controller, error) {
 		},
 		OnNothingWritten: func(rng int, key string) {
 			if _, waited := c.waitingOnBatch.LoadAndDelete(key); waited {
-				c.queue.Add(item{rng, key})
+				c.rt.Add(rng, key)
 			}
 		},
 		Busy: c.busy,
@@ -187,7 +180,6 @@ func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}
 	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
 	defer sink.Wait()
 	defer c.broadcaster.Shutdown()
-	defer c.queue.ShutDown()
 
 	if _, err := c.cfg.Objects.PVCInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvcAdded}); err != nil {
 		return err
@@ -219,20 +211,12 @@ func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}
 	close(ready)
 
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	wg.Go(func() { profiling.Do(ctx, "vmi-status", c.batcher.Run) })
-	for range workers {
-		wg.Go(func() {
-			profiling.Do(ctx, "vmi", func(ctx context.Context) {
-				for c.processNext(ctx) {
-				}
-			})
-		})
-	}
 	logger.Info("VMI controller running", "workers", workers)
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-	return nil
+	return c.rt.Run(ctx, workers, func(ctx context.Context, it item) (time.Duration, error) {
+		return 0, c.sync(ctx, it)
+	})
 }
 
 // Acquired implements caches.Consumer: watch range r and queue its VMIs.
@@ -243,7 +227,7 @@ func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
 			cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 100000})
 	}
 	c.written[r.Index].Store(&written)
-	c.releasing[r.Index].Store(false)
+	c.rt.Acquired(r.Index)
 	// New handlers are replayed what the informers hold: every VMI of the
 	// range is queued.
 	if err := r.VMIs.AddEventHandler(c.vmiHandler(r.Index)); err != nil {
@@ -259,12 +243,9 @@ func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
 // for it is ignored, pending status intents are dropped and expectations
 // forgotten; the caches stop after it returns.
 func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
-	c.releasing[i].Store(true)
 	// A sync already past its checks may still create a pod or send an
 	// intent: let it finish before dropping and forgetting.
-	for c.inflight[i].Load() > 0 && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
-	}
+	c.rt.Releasing(ctx, i)
 	// Pending status intents are dropped, not flushed, whatever the reason:
 	// the next owner recomputes them from the same objects in its first sync
 	// and writes them in the same one patch, while a flush would cost a
@@ -328,7 +309,7 @@ func (c *Controller) lazyWait() time.Duration {
 // busy reports a burst: many VMIs in flight, queued for a sync or with
 // status pending. The queue fills first at the start of a burst.
 func (c *Controller) busy() bool {
-	return c.batcher.Depth()+c.queue.Len() >= c.cfg.BusyDepth
+	return c.batcher.Depth()+c.rt.Len() >= c.cfg.BusyDepth
 }
 
 // vmiHandler enqueues VMIs of range rng and observes their phase changes.
@@ -375,7 +356,7 @@ func (c *Controller) podHandler(rng int) cache.ResourceEventHandler {
 				if _, target := pod.Labels[virtv1.MigrationJobLabel]; !target {
 					c.expectations.CreationObserved(rng, key)
 				}
-				c.queue.Add(item{rng, key})
+				c.rt.Add(rng, key)
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
@@ -383,13 +364,13 @@ func (c *Controller) podHandler(rng int) cache.ResourceEventHandler {
 				return
 			}
 			if _, key, ok := owner(newObj); ok {
-				c.queue.Add(item{rng, key})
+				c.rt.Add(rng, key)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if pod, key, ok := owner(obj); ok {
 				c.expectations.DeletionObserved(rng, key, pod.UID)
-				c.queue.Add(item{rng, key})
+				c.rt.Add(rng, key)
 			}
 		},
 	}
@@ -400,7 +381,7 @@ func (c *Controller) enqueue(rng int, obj any) {
 	if err != nil {
 		return
 	}
-	c.queue.Add(item{rng, key})
+	c.rt.Add(rng, key)
 }
 
 // startDataVolumes starts a cluster-wide cache of DataVolume states if the
@@ -444,7 +425,7 @@ func (c *Controller) enqueueKey(key string) {
 	for i := range c.cfg.Ranges.Count() {
 		if r := c.cfg.Caches.Get(i); r != nil {
 			if _, exists, _ := r.VMIs.Get(key); exists {
-				c.queue.Add(item{i, key})
+				c.rt.Add(i, key)
 				return
 			}
 		}
@@ -470,22 +451,4 @@ func (c *Controller) claimChanged(claim string) {
 			c.enqueue(i, v)
 		}
 	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	it, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(it)
-	start := time.Now()
-	err := c.sync(ctx, it)
-	c.cfg.Metrics.reconciled(time.Since(start), err)
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Reconcile failed, requeueing", "vmi", it.key, "range", it.rng, "err", err)
-		c.queue.AddRateLimited(it)
-		return true
-	}
-	c.queue.Forget(it)
-	return true
 }

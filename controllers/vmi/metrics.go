@@ -10,8 +10,7 @@ import (
 
 // Metrics of the VMI controller.
 type Metrics struct {
-	phaseTransition   *prometheus.HistogramVec
-	reconcileDuration *prometheus.HistogramVec
+	phaseTransition *prometheus.HistogramVec
 }
 
 // Gauges is what the controller reports on each scrape.
@@ -45,13 +44,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Histogram of VM phase transitions duration from creation time in seconds.",
 			Buckets: phaseTransitionBuckets,
 		}, []string{"phase"}),
-		reconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "virtshard_controller_reconcile_duration_seconds",
-			Help:    "Time of one reconcile, by controller and result.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}, []string{"controller", "result"}),
 	}
-	reg.MustRegister(m.phaseTransition, m.reconcileDuration)
+	reg.MustRegister(m.phaseTransition)
 	return m
 }
 
@@ -93,17 +87,6 @@ func (m *Metrics) phase(phase string, sinceCreation time.Duration) {
 	if m != nil {
 		m.phaseTransition.WithLabelValues(phase).Observe(sinceCreation.Seconds())
 	}
-}
-
-func (m *Metrics) reconciled(took time.Duration, err error) {
-	if m == nil {
-		return
-	}
-	result := "success"
-	if err != nil {
-		result = "error"
-	}
-	m.reconcileDuration.WithLabelValues("vmi", result).Observe(took.Seconds())
 }
 
 // longestInWaitingPhase returns, for each waiting phase, the longest time a

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -60,24 +59,17 @@ func (c *Controller) deleteProvisioningPods(ctx context.Context, it item, vmi *v
 		default:
 			continue
 		}
-		if pod.DeletionTimestamp != nil || !c.cfg.Fence.Holds(it.rng) {
+		if pod.DeletionTimestamp != nil {
 			continue
 		}
-		c.expectations.ExpectDeletions(it.rng, it.key, pod.UID)
-		err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-			GracePeriodSeconds: ptr.To[int64](0),
-			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
-		})
-		if apierrors.IsNotFound(err) {
-			c.expectations.DeletionObserved(it.rng, it.key, pod.UID)
-			continue
-		}
+		deleted, err := c.deletePod(ctx, it, pod, ptr.To[int64](0))
 		if err != nil {
-			c.expectations.DeletionObserved(it.rng, it.key, pod.UID)
 			c.recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonFailedDelete, "Failed to delete WaitForFirstConsumer temporary pod %s", pod.Name)
 			return fmt.Errorf("delete temporary pod %s: %w", pod.Name, err)
 		}
-		c.recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted WaitForFirstConsumer temporary pod %s", pod.Name)
+		if deleted {
+			c.recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted WaitForFirstConsumer temporary pod %s", pod.Name)
+		}
 	}
 	return nil
 }

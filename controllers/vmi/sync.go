@@ -42,24 +42,17 @@ const (
 
 // sync reconciles one VMI of a range this replica holds.
 func (c *Controller) sync(ctx context.Context, it item) error {
-	// Counted in flight before the checks, so that Releasing, which sets
-	// releasing first, can wait for every sync that got past them.
-	c.inflight[it.rng].Add(1)
-	defer c.inflight[it.rng].Add(-1)
-	if !c.cfg.Fence.Holds(it.rng) || c.releasing[it.rng].Load() {
-		return nil // not ours (any more): the next owner reconciles it
-	}
-	r := c.cfg.Caches.Get(it.rng)
+	r := c.cfg.Caches.Get(it.Range)
 	if r == nil {
 		return nil
 	}
-	vmi, exists, err := r.VMIs.Get(it.key)
+	vmi, exists, err := r.VMIs.Get(it.Key)
 	if err != nil {
 		return err
 	}
 	if !exists {
-		c.expectations.Delete(it.rng, it.key)
-		c.waitingOnBatch.Delete(it.key)
+		c.expectations.Delete(it.Range, it.Key)
+		c.waitingOnBatch.Delete(it.Key)
 		return nil
 	}
 	podObjs, err := r.Pods.GetIndexer().ByIndex(byVMIUID, string(vmi.UID))
@@ -70,11 +63,11 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 	for _, p := range podObjs {
 		pods = append(pods, p.(*corev1.Pod))
 	}
-	satisfied := c.expectations.Satisfied(it.rng, it.key)
+	satisfied := c.expectations.Satisfied(it.Range, it.Key)
 	if !satisfied {
 		// The informer event that meets the expectation requeues the VMI;
 		// should it never come, look again once the expectation expires.
-		c.queue.AddAfter(it, expectations.Timeout+time.Second)
+		c.rt.AddAfter(it.Range, it.Key, expectations.Timeout+time.Second)
 	}
 
 	if vmi.DeletionTimestamp != nil {
@@ -89,14 +82,14 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		if !satisfied {
 			return nil // our create is on its way to the cache
 		}
-		if c.batcher.Pending(it.key, vmi.UID) {
+		if c.batcher.Pending(it.Key, vmi.UID) {
 			// The VMI may have moved on in a status write not yet sent:
 			// never a second pod. Look again once it is written.
-			c.waitingOnBatch.Store(it.key, true)
-			if !c.batcher.Pending(it.key, vmi.UID) {
+			c.waitingOnBatch.Store(it.Key, true)
+			if !c.batcher.Pending(it.Key, vmi.UID) {
 				// Written meanwhile, maybe before the mark was seen.
-				c.waitingOnBatch.Delete(it.key)
-				c.queue.Add(it)
+				c.waitingOnBatch.Delete(it.Key)
+				c.rt.Add(it.Range, it.Key)
 			}
 			return nil
 		}
@@ -126,9 +119,9 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 		LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.UID),
 	})
 	if err != nil {
-		return false, fmt.Errorf("look for launcher pods of %s: %w", it.key, err)
+		return false, fmt.Errorf("look for launcher pods of %s: %w", it.Key, err)
 	}
-	want := strconv.Itoa(it.rng)
+	want := strconv.Itoa(it.Range)
 	found := false
 	for i := range pods.Items {
 		pod := &pods.Items[i]
@@ -136,7 +129,7 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 			continue
 		}
 		found = true
-		if !c.cfg.Fence.Holds(it.rng) {
+		if !c.cfg.Fence.Holds(it.Range) {
 			return true, nil
 		}
 		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, c.cfg.Options.RangeLabel, want)
@@ -219,7 +212,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 			}
 			temp, pods = created, append(pods, created)
 		}
-		c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, waitForDataVolumes(dvs, pods, temp, metav1.Now()))
+		c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, waitForDataVolumes(dvs, pods, temp, metav1.Now()))
 		return nil
 	}
 	if len(temps) > 0 {
@@ -232,7 +225,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	if err != nil || created == nil {
 		return err
 	}
-	c.batcher.EnqueueLazy(it.rng, it.key, cached.UID, c.lazyWait(), toScheduling(c.launcher(created, []*corev1.Pod{created}), metav1.Now()))
+	c.batcher.EnqueueLazy(it.Range, it.Key, cached.UID, c.lazyWait(), toScheduling(c.launcher(created, []*corev1.Pod{created}), metav1.Now()))
 	return nil
 }
 
@@ -243,7 +236,7 @@ type renderer func(*virtv1.VirtualMachineInstance, int, template.Options, templa
 // returns nil, nil when there is nothing more to do in this sync: the pod
 // exists already, or the range is no longer held.
 func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi *virtv1.VirtualMachineInstance, render renderer) (*corev1.Pod, error) {
-	pod, err := render(vmi, it.rng, c.cfg.Options, c.cfg.ClusterConfig.Current(), c.cfg.Objects)
+	pod, err := render(vmi, it.Range, c.cfg.Options, c.cfg.ClusterConfig.Current(), c.cfg.Objects)
 	if err != nil {
 		// As KubeVirt: what is missing (a backend-storage PVC, a
 		// NetworkAttachmentDefinition) or refused (a host device the CR
@@ -253,19 +246,19 @@ func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi
 		c.blocked(it, cached, corev1.EventTypeWarning, ReasonFailedCreate, message)
 		return nil, errors.New(message)
 	}
-	if !c.cfg.Fence.Holds(it.rng) {
+	if !c.cfg.Fence.Holds(it.Range) {
 		return nil, nil
 	}
-	c.expectations.ExpectCreations(it.rng, it.key, 1)
+	c.expectations.ExpectCreations(it.Range, it.Key, 1)
 	created, err := c.cfg.Kube.CoreV1().Pods(vmi.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// The deterministic name makes a second pod impossible: ours
 		// exists already (a previous owner's, or our own not yet seen).
-		c.expectations.CreationObserved(it.rng, it.key)
+		c.expectations.CreationObserved(it.Range, it.Key)
 		return nil, nil
 	case err != nil:
-		c.expectations.CreationObserved(it.rng, it.key)
+		c.expectations.CreationObserved(it.Range, it.Key)
 		c.recorder.Eventf(cached, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating pod: %v", err)
 		return nil, fmt.Errorf("create launcher pod: %w", err)
 	}
@@ -297,16 +290,16 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		// Terminating: the VMI fails when the pod is gone.
 	case pod.Status.Phase == corev1.PodRunning && podReady(pod):
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduled) {
-			c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, toScheduled(c.launcher(pod, pods), metav1.Now()))
+			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, toScheduled(c.launcher(pod, pods), metav1.Now()))
 		}
 	default:
 		// Scheduling is already on its way if anything is pending for the
 		// VMI: a second lazy intent could only pull its write forward.
-		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) && !c.batcher.Pending(it.key, vmi.UID) {
-			c.batcher.EnqueueLazy(it.rng, it.key, vmi.UID, c.lazyWait(), toScheduling(c.launcher(pod, pods), pod.CreationTimestamp))
+		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) && !c.batcher.Pending(it.Key, vmi.UID) {
+			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, c.lazyWait(), toScheduling(c.launcher(pod, pods), pod.CreationTimestamp))
 		}
 		if cond := unschedulable(pod); cond != nil {
-			c.batcher.EnqueueLazy(it.rng, it.key, vmi.UID, c.lazyWait(), copyPodScheduled(*cond))
+			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, c.lazyWait(), copyPodScheduled(*cond))
 		}
 	}
 	return nil
@@ -332,7 +325,7 @@ func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.Virt
 		c.gatesSent.Delete(pod.UID) // in step: our patch, if any, is in the cache
 		return nil
 	}
-	if sent, ok := c.gatesSent.Load(pod.UID); (ok && sent.(bool) != paused) || !c.cfg.Fence.Holds(it.rng) {
+	if sent, ok := c.gatesSent.Load(pod.UID); (ok && sent.(bool) != paused) || !c.cfg.Fence.Holds(it.Range) {
 		return nil // our patch is on its way to the cache
 	}
 	status, reason, message := corev1.ConditionTrue, "NotPaused", "the virtual machine is not paused"
@@ -368,29 +361,44 @@ func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.Virt
 		return nil
 	}
 	if len(pods) == 0 {
-		c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, finalize)
+		c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, finalize)
 		return nil
 	}
 	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil || !c.cfg.Fence.Holds(it.rng) {
+		if pod.DeletionTimestamp != nil {
 			continue
 		}
-		c.expectations.ExpectDeletions(it.rng, it.key, pod.UID)
-		err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-			Preconditions: &metav1.Preconditions{UID: &pod.UID},
-		})
-		if apierrors.IsNotFound(err) {
-			// Already gone: its delete event may have come and gone too.
-			c.expectations.DeletionObserved(it.rng, it.key, pod.UID)
-			continue
-		}
+		deleted, err := c.deletePod(ctx, it, pod, nil)
 		if err != nil {
-			c.expectations.DeletionObserved(it.rng, it.key, pod.UID)
 			return fmt.Errorf("delete launcher pod %s: %w", pod.Name, err)
 		}
-		c.recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted virtual machine pod %s", pod.Name)
+		if deleted {
+			c.recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted virtual machine pod %s", pod.Name)
+		}
 	}
 	return nil
+}
+
+// deletePod deletes a pod of the VMI it queued (grace nil: the pod's own),
+// with its UID as a precondition, and expects the deletion. It reports
+// whether it deleted the pod: not when the range is no longer held, nor
+// when the pod was gone already (its delete event may have come and gone).
+func (c *Controller) deletePod(ctx context.Context, it item, pod *corev1.Pod, grace *int64) (bool, error) {
+	if !c.cfg.Fence.Holds(it.Range) {
+		return false, nil
+	}
+	c.expectations.ExpectDeletions(it.Range, it.Key, pod.UID)
+	err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: grace,
+		Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+	})
+	if err != nil {
+		c.expectations.DeletionObserved(it.Range, it.Key, pod.UID)
+	}
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // blocked reports a VMI that cannot proceed: a Synchronized=False condition
@@ -402,12 +410,12 @@ func (c *Controller) blocked(it item, vmi *virtv1.VirtualMachineInstance, eventT
 		return // already reported
 	}
 	c.recorder.Event(vmi, eventType, reason, message)
-	c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, notSynchronized(reason, message, metav1.Now()))
+	c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, notSynchronized(reason, message, metav1.Now()))
 }
 
 func (c *Controller) fail(it item, vmi *virtv1.VirtualMachineInstance, reason, message string) {
 	c.recorder.Event(vmi, corev1.EventTypeWarning, reason, message)
-	c.batcher.Enqueue(it.rng, it.key, vmi.UID, c.cfg.UrgentStatusWait, toFailed(reason, message, metav1.Now()))
+	c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, toFailed(reason, message, metav1.Now()))
 }
 
 func podReady(pod *corev1.Pod) bool {

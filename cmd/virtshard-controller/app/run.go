@@ -29,6 +29,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/profiling"
 	"github.com/virtshard/virtshard/controllers/queuemetrics"
 	"github.com/virtshard/virtshard/controllers/serving"
+	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/controllers/vm"
@@ -94,6 +95,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	templateObjects := caches.NewTemplateObjects(kube, meta, o.Watch)
 	eventMetrics := events.NewMetrics(registry)
+	reconcileMetrics := sharded.NewMetrics(registry)
 	cachesConfig := caches.Config{Kube: kube, KubeVirt: kv, Namespace: o.Watch, Ranges: ranges, Metrics: shardMetrics}
 	rangeCaches, clusterCaches := caches.NewRanges(cachesConfig), caches.NewCluster(cachesConfig)
 	controller, err := vmi.New(vmi.Config{
@@ -115,6 +117,7 @@ func (o *Options) Run(ctx context.Context) error {
 		ShardMetrics:     shardMetrics,
 		StatusMetrics:    status.NewMetrics(registry),
 		EventMetrics:     eventMetrics,
+		ReconcileMetrics: reconcileMetrics,
 	})
 	if err != nil {
 		return err
@@ -122,11 +125,12 @@ func (o *Options) Run(ctx context.Context) error {
 	vmi.RegisterGauges(registry, controller)
 	vmController, err := vm.New(vm.Config{
 		Kube: kube, KubeVirt: kv,
-		Fence:           fence(func(i int) bool { return manager.Holds(i) }),
-		Ranges:          ranges,
-		Caches:          rangeCaches,
-		MaxStartBackoff: o.MaxStartBackoff,
-		EventMetrics:    eventMetrics,
+		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
+		Ranges:           ranges,
+		Caches:           rangeCaches,
+		MaxStartBackoff:  o.MaxStartBackoff,
+		EventMetrics:     eventMetrics,
+		ReconcileMetrics: reconcileMetrics,
 	})
 	if err != nil {
 		return err
@@ -146,20 +150,22 @@ func (o *Options) Run(ctx context.Context) error {
 		ClusterConfig:        clusterConfig,
 		Objects:              templateObjects,
 		EventMetrics:         eventMetrics,
+		ReconcileMetrics:     reconcileMetrics,
 	})
 	if err != nil {
 		return err
 	}
 	nodeController, err := node.New(node.Config{
 		Kube: kube, KubeVirt: kv,
-		Fence:         fence(func(i int) bool { return manager.Holds(i) }),
-		Ranges:        ranges,
-		Caches:        rangeCaches,
-		Cluster:       clusterCaches,
-		GracePeriod:   o.NodeGracePeriod,
-		DrainTaintKey: o.DrainTaintKey,
-		ClusterConfig: clusterConfig,
-		EventMetrics:  eventMetrics,
+		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
+		Ranges:           ranges,
+		Caches:           rangeCaches,
+		Cluster:          clusterCaches,
+		GracePeriod:      o.NodeGracePeriod,
+		DrainTaintKey:    o.DrainTaintKey,
+		ClusterConfig:    clusterConfig,
+		EventMetrics:     eventMetrics,
+		ReconcileMetrics: reconcileMetrics,
 	})
 	if err != nil {
 		return err
@@ -222,20 +228,29 @@ func (o *Options) Run(ctx context.Context) error {
 		wg.Wait()
 		return fmt.Errorf("KubeVirt CR cache did not sync: %w", errors.Join(configErr, ctx.Err()))
 	}
+	// Every controller's error is kept, whichever ends first.
+	var runMu sync.Mutex
+	var runErrs []error
+	run := func(f func() error) {
+		wg.Go(func() {
+			if err := f(); err != nil {
+				runMu.Lock()
+				defer runMu.Unlock()
+				runErrs = append(runErrs, err)
+			}
+		})
+	}
 	synced := make(chan struct{})
-	var controllerErr error
-	wg.Go(func() { controllerErr = controller.Run(controllerCtx, o.Workers, synced) })
-	wg.Go(func() { vmController.Run(controllerCtx, o.Workers) })
-	var migrationErr error
-	wg.Go(func() { migrationErr = migrationController.Run(controllerCtx, o.Workers) })
-	var nodeErr error
-	wg.Go(func() { nodeErr = nodeController.Run(controllerCtx, o.Workers) })
+	run(func() error { return controller.Run(controllerCtx, o.Workers, synced) })
+	run(func() error { return vmController.Run(controllerCtx, o.Workers) })
+	run(func() error { return migrationController.Run(controllerCtx, o.Workers) })
+	run(func() error { return nodeController.Run(controllerCtx, o.Workers) })
 	select {
 	case <-synced:
 	case <-ctx.Done():
 		stopController()
 		wg.Wait()
-		return errors.Join(controllerErr, configErr)
+		return errors.Join(errors.Join(runErrs...), configErr)
 	}
 	logger.Info("Replica started", "namespace", o.Namespace, "ranges", o.RangeCount, "shardKey", o.ShardKey)
 	// The manager hands every range off (Releasing) before it returns; only
@@ -244,7 +259,7 @@ func (o *Options) Run(ctx context.Context) error {
 	stopController()
 	wg.Wait()
 	logger.Info("Replica stopped")
-	return errors.Join(err, controllerErr, migrationErr, nodeErr, configErr)
+	return errors.Join(err, errors.Join(runErrs...), configErr)
 }
 
 type fence func(int) bool

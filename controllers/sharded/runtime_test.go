@@ -1,0 +1,157 @@
+package sharded
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fence holds the ranges set in it.
+type fence struct{ held []atomic.Bool }
+
+func newFence(n int) *fence {
+	f := &fence{held: make([]atomic.Bool, n)}
+	for i := range f.held {
+		f.held[i].Store(true)
+	}
+	return f
+}
+
+func (f *fence) Holds(rng int) bool { return f.held[rng].Load() }
+
+func TestGateAdmitsOnlyHeldRangesNotBeingReleased(t *testing.T) {
+	f := newFence(2)
+	g := NewGate(2, f)
+	f.held[1].Store(false)
+	if g.Enter(1) {
+		t.Error("a sync of a range not held was admitted")
+	}
+	if !g.Enter(0) {
+		t.Fatal("a sync of a held range was refused")
+	}
+	g.Leave(0)
+	g.Release(context.Background(), 0)
+	if g.Enter(0) {
+		t.Error("a sync of a released range was admitted")
+	}
+	g.Open(0)
+	if !g.Enter(0) {
+		t.Error("a sync of a range acquired again was refused")
+	}
+	g.Leave(0)
+}
+
+func TestReleaseWaitsForTheSyncsUnderWay(t *testing.T) {
+	g := NewGate(1, newFence(1))
+	if !g.Enter(0) || !g.Enter(0) {
+		t.Fatal("syncs refused")
+	}
+	released := make(chan struct{})
+	go func() { g.Release(context.Background(), 0); close(released) }()
+	g.Leave(0)
+	select {
+	case <-released:
+		t.Fatal("Release returned with a sync still under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.Leave(0)
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Release did not return once the last sync left")
+	}
+
+	// A Release cut short by its context returns without the sync.
+	g.Open(0)
+	g.Enter(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	g.Release(ctx, 0)
+	if ctx.Err() == nil {
+		t.Error("Release returned before its context ended, with a sync under way")
+	}
+	g.Leave(0)
+}
+
+// runRuntime runs r with reconcile until the test ends.
+func runRuntime(t *testing.T, r *Runtime, reconcile SyncFunc[Item]) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx, 2, reconcile); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s within 5 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestRuntimeRetriesAPanicAndAnErrorAndRecordsThem(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	r := New(Config{Name: "test", Ranges: 1, Fence: newFence(1), Metrics: m})
+	var calls atomic.Int32
+	runRuntime(t, r, func(_ context.Context, it Item) (time.Duration, error) {
+		switch calls.Add(1) {
+		case 1:
+			panic("a bug")
+		case 2:
+			return 0, errors.New("the API server said no")
+		}
+		return 0, nil
+	})
+	r.Add(0, "ns/a")
+	waitFor(t, "three reconciles (panic, error, success)", func() bool { return calls.Load() >= 3 })
+	waitFor(t, "the metrics of three reconciles", func() bool {
+		return testutil.ToFloat64(m.requeues.WithLabelValues("test", "error")) == 2 &&
+			testutil.CollectAndCount(m.duration) == 2 // success and error series
+	})
+}
+
+func TestRuntimeSyncsNothingOfAReleasedRange(t *testing.T) {
+	f := newFence(2)
+	r := New(Config{Name: "test", Ranges: 2, Fence: f})
+	synced := make(chan Item, 10)
+	runRuntime(t, r, func(_ context.Context, it Item) (time.Duration, error) {
+		synced <- it
+		return 0, nil
+	})
+	r.Releasing(context.Background(), 0)
+	f.held[1].Store(false)
+	r.Add(0, "ns/released")
+	r.Add(1, "ns/not-held")
+	time.Sleep(50 * time.Millisecond)
+	r.Acquired(0)
+	r.Add(0, "ns/acquired")
+	if it := <-synced; it != (Item{0, "ns/acquired"}) {
+		t.Errorf("synced %v, want only the item of the range acquired again", it)
+	}
+	if len(synced) != 0 {
+		t.Errorf("%d more syncs, want none", len(synced))
+	}
+}
+
+func TestRuntimeRequeuesAfterTheDurationAsked(t *testing.T) {
+	r := New(Config{Name: "test", Ranges: 1, Fence: newFence(1)})
+	var calls atomic.Int32
+	runRuntime(t, r, func(context.Context, Item) (time.Duration, error) {
+		if calls.Add(1) == 1 {
+			return 10 * time.Millisecond, nil
+		}
+		return 0, nil
+	})
+	r.Add(0, "ns/a")
+	waitFor(t, "the second sync asked for", func() bool { return calls.Load() == 2 })
+}
