@@ -48,8 +48,10 @@ func TestGateAdmitsOnlyHeldRangesNotBeingReleased(t *testing.T) {
 
 func TestReleaseWaitsForTheSyncsUnderWay(t *testing.T) {
 	g := NewGate(1, newFence(1))
-	if !g.Enter(0) || !g.Enter(0) {
-		t.Fatal("syncs refused")
+	for range 2 {
+		if !g.Enter(0) {
+			t.Fatal("a sync of a held range was refused")
+		}
 	}
 	released := make(chan struct{})
 	go func() { g.Release(context.Background(), 0); close(released) }()
