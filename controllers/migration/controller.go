@@ -17,7 +17,6 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
-	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/template"
@@ -60,8 +59,8 @@ type Config struct {
 	ClusterConfig ClusterConfig
 	// Objects are the caches the target pod depends on, run by the caller.
 	Objects template.Objects
-	// EventMetrics count the events sent; nil for none.
-	EventMetrics *events.Metrics
+	// Recorder records the controller's events; required.
+	Recorder record.EventRecorder
 	// ReconcileMetrics record each reconcile; nil for none.
 	ReconcileMetrics *sharded.Metrics
 }
@@ -75,11 +74,9 @@ type ClusterConfig interface {
 
 // Controller is the migration controller of one replica.
 type Controller struct {
-	cfg         Config
-	rt          *sharded.Runtime
-	permits     *Permits
-	recorder    record.EventRecorder
-	broadcaster record.EventBroadcaster
+	cfg     Config
+	rt      *sharded.Runtime
+	permits *Permits
 }
 
 // item is a migration to reconcile, in the range of its VMI (or, while its
@@ -108,8 +105,6 @@ func New(cfg Config) (*Controller, error) {
 		Client: cfg.Kube, Namespace: cfg.Namespace, Name: cfg.Name + "-migration-permits",
 		Live: c.live, Grace: permitGrace, Now: time.Now,
 	}
-	c.broadcaster = record.NewBroadcaster()
-	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
 	return c, cfg.Caches.Register(c, nil, nil, nil)
 }
 
@@ -132,10 +127,6 @@ func (c *Controller) live(uid types.UID) (exists, final bool) {
 // Run starts the workers and blocks until ctx is done; the cluster caches
 // must be running.
 func (c *Controller) Run(ctx context.Context, workers int) error {
-	c.broadcaster.StartStructuredLogging(4)
-	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
-	defer sink.Wait()
-	defer c.broadcaster.Shutdown()
 	if _, err := c.cfg.Cluster.Migrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.migrationChanged,
 		UpdateFunc: func(_, obj any) { c.migrationChanged(obj) },

@@ -84,6 +84,6 @@ func (c *Controller) createTargetPod(ctx context.Context, it item, m *virtv1.Vir
 	if err != nil {
 		return nil, fmt.Errorf("create target pod of migration %s: %w", it.Key, err)
 	}
-	c.recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulCreate, "Created migration target pod %s", created.Name)
+	c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulCreate, "Created migration target pod %s", created.Name)
 	return created, nil
 }

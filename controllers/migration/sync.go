@@ -214,7 +214,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 	}
 	if m.Status.Phase == virtv1.MigrationSucceeded {
 		m.Status.MigrationState = vmi.Status.MigrationState.DeepCopy()
-		c.recorder.Eventf(m, corev1.EventTypeNormal, eventSucceeded, "Source node reported migration succeeded")
+		c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, eventSucceeded, "Source node reported migration succeeded")
 		if err := c.writeStatus(ctx, it, m); err != nil {
 			return 0, err
 		}
@@ -344,7 +344,7 @@ func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMach
 	if _, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("hand migration %s to the nodes: %w", it.Key, err)
 	}
-	c.recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulHandOff, "Migration target pod %s on node %s handed over to the node agents", pod.Name, pod.Spec.NodeName)
+	c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulHandOff, "Migration target pod %s on node %s handed over to the node agents", pod.Name, pod.Spec.NodeName)
 	return nil
 }
 
@@ -421,7 +421,7 @@ func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.Virtual
 func (c *Controller) failAndFinish(ctx context.Context, it item, s state, reason, message string) error {
 	m := s.m
 	klog.FromContext(ctx).V(2).Info("Migration failed", "migration", klog.KObj(m), "reason", reason)
-	c.recorder.Eventf(m, corev1.EventTypeWarning, eventFailedMigration, "%s: %s", reason, message)
+	c.cfg.Recorder.Eventf(m, corev1.EventTypeWarning, eventFailedMigration, "%s: %s", reason, message)
 	setPhase(m, virtv1.MigrationFailed)
 	if m.Status.MigrationState == nil {
 		m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.UID}
@@ -450,7 +450,7 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete target pod of migration %s: %w", it.Key, err)
 		}
-		c.recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
+		c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
 	}
 	if err := c.permits.Release(ctx, m.UID); err != nil {
 		return err

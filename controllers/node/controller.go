@@ -32,7 +32,6 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
-	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/shard"
@@ -70,8 +69,8 @@ type Config struct {
 	DrainTaintKey string
 	// ClusterConfig is the KubeVirt CR's configuration, current; required.
 	ClusterConfig ClusterConfig
-	// EventMetrics count the events sent; nil for none.
-	EventMetrics *events.Metrics
+	// Recorder records the controller's events; required.
+	Recorder record.EventRecorder
 	// ReconcileMetrics record each reconcile; nil for none.
 	ReconcileMetrics *sharded.Metrics
 }
@@ -85,10 +84,8 @@ type ClusterConfig interface {
 
 // Controller is the node controller of one replica.
 type Controller struct {
-	cfg         Config
-	queue       workqueue.TypedRateLimitingInterface[string]
-	recorder    record.EventRecorder
-	broadcaster record.EventBroadcaster
+	cfg   Config
+	queue workqueue.TypedRateLimitingInterface[string]
 }
 
 // New returns a controller registered with cfg.Caches.
@@ -104,8 +101,6 @@ func New(cfg Config) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node"}),
 	}
-	c.broadcaster = record.NewBroadcaster()
-	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
 	return c, cfg.Caches.Register(c, cache.Indexers{byNode: func(obj any) ([]string, error) {
 		return []string{obj.(*virtv1.VirtualMachineInstance).Status.NodeName}, nil
 	}}, nil, nil)
@@ -114,10 +109,6 @@ func New(cfg Config) (*Controller, error) {
 // Run starts the workers and blocks until ctx is done; the cluster caches
 // must be running.
 func (c *Controller) Run(ctx context.Context, workers int) error {
-	c.broadcaster.StartStructuredLogging(4)
-	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
-	defer sink.Wait()
-	defer c.broadcaster.Shutdown()
 	enqueue := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			c.queue.Add(key)
@@ -287,7 +278,7 @@ func (c *Controller) fail(ctx context.Context, h held, why string) error {
 	case err != nil:
 		return fmt.Errorf("fail VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
-	c.recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonNodeUnresponsive, "VMI failed: %s on node %s", why, vmi.Status.NodeName)
+	c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonNodeUnresponsive, "VMI failed: %s on node %s", why, vmi.Status.NodeName)
 	return nil
 }
 
@@ -316,10 +307,10 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 		}
 		created, err := c.cfg.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
 		if err != nil {
-			c.recorder.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
+			c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
 			return fmt.Errorf("create evacuation migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
-		c.recorder.Eventf(vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created evacuation migration %s off node %s", created.Name, node.Name)
+		c.cfg.Recorder.Eventf(vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created evacuation migration %s off node %s", created.Name, node.Name)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -15,7 +14,6 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
-	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/sharded"
@@ -40,8 +38,8 @@ type Config struct {
 	// the square of the failures, as KubeVirt's.
 	MaxStartBackoff time.Duration
 	Clock           clock.WithTicker
-	// EventMetrics count the events sent; nil for none.
-	EventMetrics *events.Metrics
+	// Recorder records the controller's events; required.
+	Recorder record.EventRecorder
 	// ReconcileMetrics record each reconcile; nil for none.
 	ReconcileMetrics *sharded.Metrics
 }
@@ -51,8 +49,6 @@ type Controller struct {
 	cfg          Config
 	rt           *sharded.Runtime
 	expectations *expectations.Expectations
-	recorder     record.EventRecorder
-	broadcaster  record.EventBroadcaster
 	// written[i] overlays range i's VM cache with the objects our own
 	// writes returned until the informer catches up, so that a status
 	// written a moment ago (a start failure, a consumed request) is not
@@ -77,18 +73,12 @@ func New(cfg Config) (*Controller, error) {
 		expectations: expectations.New(cfg.Ranges.Count(), cfg.Clock),
 		written:      make([]atomic.Pointer[cache.MutationCache], cfg.Ranges.Count()),
 	}
-	c.broadcaster = record.NewBroadcaster()
-	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
 	return c, cfg.Caches.Register(c, nil, nil, nil)
 }
 
 // Run starts the workers and blocks until ctx is done. Ranges come and go
 // through Acquired/Releasing.
 func (c *Controller) Run(ctx context.Context, workers int) error {
-	c.broadcaster.StartStructuredLogging(4)
-	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
-	defer sink.Wait()
-	defer c.broadcaster.Shutdown()
 	klog.FromContext(ctx).Info("VM controller running", "workers", workers)
 	return c.rt.Run(ctx, workers, c.sync)
 }

@@ -96,7 +96,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	o.creating, o.deleting = adds > 0, dels > 0
 	if syncErr != nil && !hasFailure(o.vm, syncErr.reason) {
 		// Once, as the Failure condition appears: not on every retry.
-		c.recorder.Event(o.vm, corev1.EventTypeWarning, syncErr.reason, syncErr.message)
+		c.cfg.Recorder.Event(o.vm, corev1.EventTypeWarning, syncErr.reason, syncErr.message)
 	}
 	if err := c.writeStatus(ctx, it, o, syncErr); err != nil {
 		return 0, err
@@ -247,7 +247,7 @@ func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 		return fmt.Errorf("create VMI %s: %w", it.Key, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Started VM", "vm", klog.KObj(vm), "vmi", created.UID)
-	c.recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulCreate", "Started the virtual machine by creating the new virtual machine instance %s", created.Name)
+	c.cfg.Recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulCreate", "Started the virtual machine by creating the new virtual machine instance %s", created.Name)
 	return nil
 }
 
@@ -285,11 +285,11 @@ func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil // gone, or another VMI by now: the informer tells
 		}
-		c.recorder.Eventf(vm, corev1.EventTypeWarning, "FailedDelete", "Error deleting virtual machine instance %s: %v", vmi.Name, err)
+		c.cfg.Recorder.Eventf(vm, corev1.EventTypeWarning, "FailedDelete", "Error deleting virtual machine instance %s: %v", vmi.Name, err)
 		return fmt.Errorf("delete VMI %s: %w", it.Key, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Stopped VM", "vm", klog.KObj(vm), "vmi", vmi.UID)
-	c.recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulDelete", "Stopped the virtual machine by deleting the virtual machine instance %s", vmi.UID)
+	c.cfg.Recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulDelete", "Stopped the virtual machine by deleting the virtual machine instance %s", vmi.UID)
 	return nil
 }
 

@@ -24,7 +24,6 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
-	"github.com/virtshard/virtshard/controllers/events"
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kubevirt"
 	"github.com/virtshard/virtshard/controllers/profiling"
@@ -76,8 +75,8 @@ type Config struct {
 	Metrics          *Metrics
 	ShardMetrics     *shard.Metrics
 	StatusMetrics    *status.Metrics
-	// EventMetrics count the events sent; nil for none.
-	EventMetrics *events.Metrics
+	// Recorder records the controller's events; required.
+	Recorder record.EventRecorder
 	// ReconcileMetrics record each reconcile; nil for none.
 	ReconcileMetrics *sharded.Metrics
 }
@@ -88,8 +87,6 @@ type Controller struct {
 	rt           *sharded.Runtime
 	expectations *expectations.Expectations
 	batcher      *status.Batcher[*virtv1.VirtualMachineInstance]
-	recorder     record.EventRecorder
-	broadcaster  record.EventBroadcaster
 
 	// written[i] overlays range i's VMI caches (labelled, unlabelled) with
 	// the objects our own patches returned until the informers catch up,
@@ -152,8 +149,6 @@ func New(cfg Config) (*Controller, error) {
 		},
 		Busy: c.busy,
 	})
-	c.broadcaster = record.NewBroadcaster()
-	c.recorder = c.broadcaster.NewRecorder(kubevirt.Scheme, corev1.EventSource{Component: "virtshard-controller"})
 
 	err := cfg.Caches.Register(c, cache.Indexers{byClaim: claimIndex}, cache.Indexers{byVMIUID: func(obj any) ([]string, error) {
 		return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
@@ -172,15 +167,10 @@ func (c *Controller) LongestInPhase() map[virtv1.VirtualMachineInstancePhase]tim
 	return longestInWaitingPhase(c.cfg.Caches.VMIs(), time.Now())
 }
 
-// Run starts the cluster-wide caches, the status batcher and workers, and
-// blocks until ctx is done. Ranges come and go through Acquired/Releasing.
-func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}) error {
-	logger := klog.FromContext(ctx)
-	c.broadcaster.StartStructuredLogging(4)
-	sink := events.Start(ctx, c.broadcaster, c.cfg.Kube.CoreV1(), events.Options{Metrics: c.cfg.EventMetrics})
-	defer sink.Wait()
-	defer c.broadcaster.Shutdown()
-
+// Start watches the cluster-wide objects VMIs wait for (claims,
+// migrations, DataVolumes where CDI is served) until ctx is done, and
+// returns once they are cached; Run may follow.
+func (c *Controller) Start(ctx context.Context) error {
 	if _, err := c.cfg.Objects.PVCInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvcAdded}); err != nil {
 		return err
 	}
@@ -208,8 +198,13 @@ func (c *Controller) Run(ctx context.Context, workers int, ready chan<- struct{}
 	if !cache.WaitForNamedCacheSync("vmi-cluster", ctx.Done(), synced...) {
 		return fmt.Errorf("cluster-wide caches did not sync: %w", ctx.Err())
 	}
-	close(ready)
+	return nil
+}
 
+// Run runs the status batcher and the workers until ctx is done. Ranges
+// come and go through Acquired/Releasing.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	logger := klog.FromContext(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { profiling.Do(ctx, "vmi-status", c.batcher.Run) })

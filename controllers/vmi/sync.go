@@ -136,7 +136,7 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 		if _, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			return true, fmt.Errorf("restore the range label of %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		c.recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonRangeLabelRestored,
+		c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonRangeLabelRestored,
 			"launcher pod %s had range label %q; restored it to %s", pod.Name, pod.Labels[c.cfg.Options.RangeLabel], want)
 	}
 	return found, nil
@@ -259,11 +259,11 @@ func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi
 		return nil, nil
 	case err != nil:
 		c.expectations.CreationObserved(it.Range, it.Key)
-		c.recorder.Eventf(cached, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating pod: %v", err)
+		c.cfg.Recorder.Eventf(cached, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating pod: %v", err)
 		return nil, fmt.Errorf("create launcher pod: %w", err)
 	}
 	klog.FromContext(ctx).V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
-	c.recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
+	c.cfg.Recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
 	return created, nil
 }
 
@@ -373,7 +373,7 @@ func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.Virt
 			return fmt.Errorf("delete launcher pod %s: %w", pod.Name, err)
 		}
 		if deleted {
-			c.recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted virtual machine pod %s", pod.Name)
+			c.cfg.Recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted virtual machine pod %s", pod.Name)
 		}
 	}
 	return nil
@@ -409,12 +409,12 @@ func (c *Controller) blocked(it item, vmi *virtv1.VirtualMachineInstance, eventT
 		cond.Status == corev1.ConditionFalse && cond.Reason == reason && cond.Message == message {
 		return // already reported
 	}
-	c.recorder.Event(vmi, eventType, reason, message)
+	c.cfg.Recorder.Event(vmi, eventType, reason, message)
 	c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, notSynchronized(reason, message, metav1.Now()))
 }
 
 func (c *Controller) fail(it item, vmi *virtv1.VirtualMachineInstance, reason, message string) {
-	c.recorder.Event(vmi, corev1.EventTypeWarning, reason, message)
+	c.cfg.Recorder.Event(vmi, corev1.EventTypeWarning, reason, message)
 	c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, toFailed(reason, message, metav1.Now()))
 }
 

@@ -94,7 +94,14 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	templateObjects := caches.NewTemplateObjects(kube, meta, o.Watch)
-	eventMetrics := events.NewMetrics(registry)
+	// The controllers outlive ctx: the manager hands every range off
+	// before they stop.
+	controllerCtx, stopController := context.WithCancel(klog.NewContext(context.Background(), logger))
+	recorder := events.NewRecorder(controllerCtx, kubevirt.Scheme, kube.CoreV1(), events.Options{Metrics: events.NewMetrics(registry)})
+	defer func() {
+		stopController()
+		recorder.Stop()
+	}()
 	reconcileMetrics := sharded.NewMetrics(registry)
 	cachesConfig := caches.Config{Kube: kube, KubeVirt: kv, Namespace: o.Watch, Ranges: ranges, Metrics: shardMetrics}
 	rangeCaches, clusterCaches := caches.NewRanges(cachesConfig), caches.NewCluster(cachesConfig)
@@ -116,7 +123,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Metrics:          vmi.NewMetrics(registry),
 		ShardMetrics:     shardMetrics,
 		StatusMetrics:    status.NewMetrics(registry),
-		EventMetrics:     eventMetrics,
+		Recorder:         recorder,
 		ReconcileMetrics: reconcileMetrics,
 	})
 	if err != nil {
@@ -129,7 +136,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Ranges:           ranges,
 		Caches:           rangeCaches,
 		MaxStartBackoff:  o.MaxStartBackoff,
-		EventMetrics:     eventMetrics,
+		Recorder:         recorder,
 		ReconcileMetrics: reconcileMetrics,
 	})
 	if err != nil {
@@ -149,7 +156,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Options:              tmpl,
 		ClusterConfig:        clusterConfig,
 		Objects:              templateObjects,
-		EventMetrics:         eventMetrics,
+		Recorder:             recorder,
 		ReconcileMetrics:     reconcileMetrics,
 	})
 	if err != nil {
@@ -164,7 +171,7 @@ func (o *Options) Run(ctx context.Context) error {
 		GracePeriod:      o.NodeGracePeriod,
 		DrainTaintKey:    o.DrainTaintKey,
 		ClusterConfig:    clusterConfig,
-		EventMetrics:     eventMetrics,
+		Recorder:         recorder,
 		ReconcileMetrics: reconcileMetrics,
 	})
 	if err != nil {
@@ -212,8 +219,6 @@ func (o *Options) Run(ctx context.Context) error {
 		_ = server.Shutdown(shutdown)
 	}()
 
-	controllerCtx, stopController := context.WithCancel(klog.NewContext(context.Background(), logger))
-	defer stopController()
 	var wg sync.WaitGroup
 	if err := clusterCaches.Run(controllerCtx); err != nil {
 		return err
@@ -228,6 +233,21 @@ func (o *Options) Run(ctx context.Context) error {
 		wg.Wait()
 		return fmt.Errorf("KubeVirt CR cache did not sync: %w", errors.Join(configErr, ctx.Err()))
 	}
+	started := make(chan error, 1)
+	go func() { started <- controller.Start(controllerCtx) }()
+	select {
+	case err := <-started:
+		if err != nil {
+			stopController()
+			wg.Wait()
+			return errors.Join(err, configErr)
+		}
+	case <-ctx.Done():
+		stopController()
+		<-started
+		wg.Wait()
+		return configErr
+	}
 	// Every controller's error is kept, whichever ends first.
 	var runMu sync.Mutex
 	var runErrs []error
@@ -240,18 +260,10 @@ func (o *Options) Run(ctx context.Context) error {
 			}
 		})
 	}
-	synced := make(chan struct{})
-	run(func() error { return controller.Run(controllerCtx, o.Workers, synced) })
+	run(func() error { return controller.Run(controllerCtx, o.Workers) })
 	run(func() error { return vmController.Run(controllerCtx, o.Workers) })
 	run(func() error { return migrationController.Run(controllerCtx, o.Workers) })
 	run(func() error { return nodeController.Run(controllerCtx, o.Workers) })
-	select {
-	case <-synced:
-	case <-ctx.Done():
-		stopController()
-		wg.Wait()
-		return errors.Join(errors.Join(runErrs...), configErr)
-	}
 	logger.Info("Replica started", "namespace", o.Namespace, "ranges", o.RangeCount, "shardKey", o.ShardKey)
 	// The manager hands every range off (Releasing) before it returns; only
 	// then do the controller's workers stop.

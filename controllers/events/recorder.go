@@ -1,0 +1,41 @@
+package events
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// Component is the source of the events virtshard records, as one
+// virt-controller's are one source.
+const Component = "virtshard-controller"
+
+// Recorder is a replica's one event recorder: every controller records
+// through it, and one Sink writes what they record.
+type Recorder struct {
+	record.EventRecorder
+	broadcaster record.EventBroadcaster
+	sink        *Sink
+}
+
+// NewRecorder starts a recorder for objects of scheme whose events go to
+// the API server until ctx is done; Stop ends it.
+func NewRecorder(ctx context.Context, scheme *runtime.Scheme, events typedcorev1.EventsGetter, opts Options) *Recorder {
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartStructuredLogging(4)
+	return &Recorder{
+		EventRecorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: Component}),
+		broadcaster:   broadcaster,
+		sink:          Start(ctx, broadcaster, events, opts),
+	}
+}
+
+// Stop stops taking events and, once ctx is done, waits for the sink's
+// workers.
+func (r *Recorder) Stop() {
+	r.broadcaster.Shutdown()
+	r.sink.Wait()
+}
