@@ -40,10 +40,10 @@ type Config[T runtime.Object] struct {
 	Workers int
 	// OnPatched is told about every successful patch (expectations, tests).
 	OnPatched func(obj T)
-	// OnNothingWritten, when set, is told about every batch of a held range
-	// that ended with no patch, because nothing was left to write or the
-	// server refused it for good: no informer event follows, so a
-	// reconcile that waited for the batch (Pending) must be queued again.
+	// OnNothingWritten, when set, is told about every awaited batch (see
+	// Await) of a held range that ended with no patch, because nothing was
+	// left to write or the server refused it for good: no informer event
+	// follows, so the reconcile that waited for it must be queued again.
 	OnNothingWritten func(rng int, key string)
 	// Metrics receives batch sizes; nil means none.
 	Metrics *Metrics
@@ -74,6 +74,8 @@ type batch[T runtime.Object] struct {
 	// last lazy wait, by which a busy batcher postpones the batch.
 	lazy bool
 	wait time.Duration
+	// awaited: a reconcile held back for this batch (Await).
+	awaited bool
 }
 
 // New returns a Batcher; Run starts it.
@@ -129,6 +131,19 @@ func (b *Batcher[T]) Depth() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.pending)
+}
+
+// Await is Pending for a reconcile that holds back until the batch is
+// written: if the batch then writes nothing, OnNothingWritten is told.
+func (b *Batcher[T]) Await(key string, uid types.UID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.pending[key]
+	if p == nil || p.uid != uid {
+		return false
+	}
+	p.awaited = true
+	return true
 }
 
 // Pending reports whether the object key with uid has intents not yet
@@ -227,7 +242,7 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 			return err
 		}
 		if patch == nil {
-			b.nothingWritten(p.rng, key)
+			b.nothingWritten(key, p)
 			return nil // nothing left to write
 		}
 		if !b.cfg.Holds(p.rng) {
@@ -250,7 +265,7 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 			// The server will refuse this patch however often it is sent:
 			// drop it, and let the next reconcile send a fresh intent.
 			klog.FromContext(ctx).Error(err, "Dropping a status patch the server refuses", "batcher", b.cfg.Name, "key", key)
-			b.nothingWritten(p.rng, key)
+			b.nothingWritten(key, p)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt >= 3 {
@@ -263,9 +278,9 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 	}
 }
 
-func (b *Batcher[T]) nothingWritten(rng int, key string) {
-	if b.cfg.OnNothingWritten != nil {
-		b.cfg.OnNothingWritten(rng, key)
+func (b *Batcher[T]) nothingWritten(key string, p *batch[T]) {
+	if p.awaited && b.cfg.OnNothingWritten != nil {
+		b.cfg.OnNothingWritten(p.rng, key)
 	}
 }
 
@@ -281,6 +296,7 @@ func (b *Batcher[T]) requeue(key string, p *batch[T]) {
 	if cur := b.pending[key]; cur != nil && cur.uid == p.uid {
 		cur.mutations = append(p.mutations, cur.mutations...)
 		cur.due = time.Time{}
+		cur.awaited = cur.awaited || p.awaited
 		return
 	}
 	if cur := b.pending[key]; cur != nil {

@@ -220,8 +220,9 @@ func TestAnIntentThatNoLongerAppliesWritesNothing(t *testing.T) {
 	}
 }
 
-// A batch that writes nothing is reported, so the reconcile that waited
-// for it runs again; one that writes is not (its informer event does it).
+// An awaited batch that writes nothing is reported, so the reconcile that
+// waited for it runs again; one nobody awaited, or one that writes, is not
+// (the informer event of a write does it).
 func TestABatchThatWritesNothingIsReported(t *testing.T) {
 	s := newServer()
 	cfg := s.config(holdAll)
@@ -229,6 +230,13 @@ func TestABatchThatWritesNothingIsReported(t *testing.T) {
 	cfg.OnNothingWritten = func(rng int, key string) { reported <- strconv.Itoa(rng) + " " + key }
 	b := New(cfg)
 	run(t, b)
+	// Not awaited: not reported.
+	b.Enqueue(3, "ns/w", "uid-v", time.Hour, func(*virtv1.VirtualMachineInstance) bool { return false })
+	b.Enqueue(3, "ns/w", "uid-v", time.Millisecond, func(*virtv1.VirtualMachineInstance) bool { return false })
+	b.Enqueue(3, "ns/v", "uid-v", time.Hour, func(*virtv1.VirtualMachineInstance) bool { return false })
+	if !b.Await("ns/v", "uid-v") || b.Await("ns/v", "other-uid") {
+		t.Fatal("Await does not report the pending batch of the object alone")
+	}
 	b.Enqueue(3, "ns/v", "uid-v", time.Millisecond, func(*virtv1.VirtualMachineInstance) bool { return false })
 	select {
 	case got := <-reported:
@@ -238,6 +246,8 @@ func TestABatchThatWritesNothingIsReported(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a batch that wrote nothing was not reported")
 	}
+	b.Enqueue(3, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduled))
+	b.Await("ns/v", "uid-v")
 	b.Enqueue(3, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
 	waitPatches(t, s, 1)
 	select {

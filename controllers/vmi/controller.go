@@ -99,10 +99,6 @@ type Controller struct {
 	// (true: unpaused) our last readiness-gate patch set, until the pod
 	// cache shows it: a sync meanwhile sends no second patch.
 	gatesSent sync.Map
-	// waitingOnBatch holds the keys of VMIs whose sync did nothing because
-	// a status batch of theirs was pending: if that batch writes nothing,
-	// no informer event follows, so they are queued again (OnNothingWritten).
-	waitingOnBatch sync.Map
 	// dataVolumes is nil when the cluster has no CDI DataVolume CRD.
 	dataVolumes cache.SharedIndexInformer
 }
@@ -137,17 +133,11 @@ func New(cfg Config) (*Controller, error) {
 		Patch: func(ctx context.Context, namespace, name string, patch []byte) (*virtv1.VirtualMachineInstance, error) {
 			return cfg.KubeVirt.VirtualMachineInstances(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 		},
-		OnPatched: func(vmi *virtv1.VirtualMachineInstance) {
-			// Its informer event queues the VMI again.
-			c.waitingOnBatch.Delete(cache.MetaObjectToName(vmi).String())
-			c.patched(vmi)
-		},
-		OnNothingWritten: func(rng int, key string) {
-			if _, waited := c.waitingOnBatch.LoadAndDelete(key); waited {
-				c.rt.Add(rng, key)
-			}
-		},
-		Busy: c.busy,
+		OnPatched: func(vmi *virtv1.VirtualMachineInstance) { c.patched(vmi) },
+		// A sync held back for a batch that wrote nothing: no informer
+		// event will queue the VMI again.
+		OnNothingWritten: func(rng int, key string) { c.rt.Add(rng, key) },
+		Busy:             c.busy,
 	})
 
 	err := cfg.Caches.Register(c, cache.Indexers{byClaim: claimIndex}, cache.Indexers{byVMIUID: func(obj any) ([]string, error) {

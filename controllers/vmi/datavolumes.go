@@ -112,18 +112,30 @@ func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVol
 	return out
 }
 
-// dataVolumeStates is what blocks or fails a VMI's start: a DataVolume
-// that failed, or one neither populated nor waiting for its first consumer.
-func dataVolumeStates(dvs []dataVolume) (failed, waiting *dataVolume) {
-	for i, d := range dvs {
-		if d.phase == dvFailed && failed == nil {
-			failed = &dvs[i]
-		}
-		if !d.populated() && d.phase != dvWaitFirstConsumer && waiting == nil {
-			waiting = &dvs[i]
-		}
+// dataVolumeState is what a VMI's DataVolumes say of its start
+// (areDataVolumesReady, HasFailedDataVolumes, HasWFFCDataVolumes).
+type dataVolumeState struct {
+	// failed: one failed, which fails the VMI before it has a pod.
+	failed bool
+	// importing: one is neither populated nor waiting for its first
+	// consumer, so no pod may be created.
+	importing bool
+	// firstConsumer: one waits for a pod to be scheduled before it
+	// imports (WaitForFirstConsumer).
+	firstConsumer bool
+}
+
+// blocked: the launcher pod may not be created yet.
+func (s dataVolumeState) blocked() bool { return s.failed || s.importing || s.firstConsumer }
+
+func stateOf(dvs []dataVolume) dataVolumeState {
+	var s dataVolumeState
+	for _, d := range dvs {
+		s.failed = s.failed || d.phase == dvFailed
+		s.firstConsumer = s.firstConsumer || d.phase == dvWaitFirstConsumer
+		s.importing = s.importing || (!d.populated() && d.phase != dvWaitFirstConsumer)
 	}
-	return failed, waiting
+	return s
 }
 
 // setDataVolumesReady is aggregateDataVolumesConditions: True when every

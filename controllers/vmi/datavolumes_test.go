@@ -1,6 +1,7 @@
 package vmi
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -99,11 +100,14 @@ func TestWaitForDataVolumes(t *testing.T) {
 		for _, p := range tc.phases {
 			dvs = append(dvs, dataVolume{name: p, phase: p, ready: corev1.ConditionUnknown})
 		}
-		failed, waiting := dataVolumeStates(dvs)
-		if (failed != nil) != tc.wantFailed || (waiting != nil) != tc.wantWaiting {
-			t.Errorf("%v: failed %v, waiting %v; want failed %v, waiting %v", tc.phases, failed, waiting, tc.wantFailed, tc.wantWaiting)
+		state := stateOf(dvs)
+		if state.failed != tc.wantFailed || state.importing != tc.wantWaiting {
+			t.Errorf("%v: failed %v, importing %v; want failed %v, importing %v", tc.phases, state.failed, state.importing, tc.wantFailed, tc.wantWaiting)
 		}
-		if failed == nil && waiting == nil {
+		if want := slices.Contains(tc.phases, dvWaitFirstConsumer); state.firstConsumer != want {
+			t.Errorf("%v: waits for its first consumer %v, want %v", tc.phases, state.firstConsumer, want)
+		}
+		if !state.failed && !state.importing {
 			continue
 		}
 		v := testVMI("")

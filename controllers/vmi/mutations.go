@@ -167,8 +167,9 @@ func waitForDataVolumes(dvs []dataVolume, pods []*corev1.Pod, temp *corev1.Pod, 
 		}
 		setActivePods(v, pods)
 		setDataVolumesReady(v, dvs)
-		failed := slices.ContainsFunc(dvs, func(d dataVolume) bool { return d.phase == dvFailed })
-		if !failed && waitsForFirstConsumer(dvs) {
+		state := stateOf(dvs)
+		failed := state.failed
+		if !failed && state.firstConsumer {
 			if condition(v, virtv1.VirtualMachineInstanceProvisioning) == nil {
 				v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{
 					Type: virtv1.VirtualMachineInstanceProvisioning, Status: corev1.ConditionTrue,

@@ -37,17 +37,6 @@ func provisioningPods(vmi *virtv1.VirtualMachineInstance, pods []*corev1.Pod) []
 	return out
 }
 
-// waitsForFirstConsumer: a DataVolume of the VMI waits for a pod to be
-// scheduled before it imports.
-func waitsForFirstConsumer(dvs []dataVolume) bool {
-	for _, d := range dvs {
-		if d.phase == dvWaitFirstConsumer {
-			return true
-		}
-	}
-	return false
-}
-
 // deleteProvisioningPods deletes the temporary pods that ran or ended, at
 // once (grace 0), as cleanupWaitForFirstConsumerTemporaryPods does; one
 // still Pending is left until it runs. KubeVirt also posts the event for a

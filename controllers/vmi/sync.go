@@ -52,7 +52,6 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 	}
 	if !exists {
 		c.expectations.Delete(it.Range, it.Key)
-		c.waitingOnBatch.Delete(it.Key)
 		return nil
 	}
 	podObjs, err := r.Pods.GetIndexer().ByIndex(byVMIUID, string(vmi.UID))
@@ -82,15 +81,10 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		if !satisfied {
 			return nil // our create is on its way to the cache
 		}
-		if c.batcher.Pending(it.Key, vmi.UID) {
+		if c.batcher.Await(it.Key, vmi.UID) {
 			// The VMI may have moved on in a status write not yet sent:
-			// never a second pod. Look again once it is written.
-			c.waitingOnBatch.Store(it.Key, true)
-			if !c.batcher.Pending(it.Key, vmi.UID) {
-				// Written meanwhile, maybe before the mark was seen.
-				c.waitingOnBatch.Delete(it.Key)
-				c.rt.Add(it.Range, it.Key)
-			}
+			// never a second pod. The write's informer event (or, if it
+			// writes nothing, the batcher) queues the VMI again.
 			return nil
 		}
 		return c.createPod(ctx, it, vmi, pods)
@@ -192,20 +186,19 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	// As KubeVirt, with no event: the VMI's DataVolumesReady says why it
 	// waits, and the DataVolume informer requeues it when one changes.
 	dvs := c.dataVolumesOf(vmi)
-	failed, waiting := dataVolumeStates(dvs)
-	wffc := waitsForFirstConsumer(dvs)
+	state := stateOf(dvs)
 	temps := provisioningPods(vmi, pods)
-	if !wffc && len(temps) > 0 {
+	if !state.firstConsumer && len(temps) > 0 {
 		// Their claims are bound: the temporary pods have done their job.
 		if err := c.deleteProvisioningPods(ctx, it, cached, temps); err != nil {
 			return err
 		}
 	}
-	if failed != nil || waiting != nil || wffc {
+	if state.blocked() {
 		var temp *corev1.Pod
 		if len(temps) > 0 {
 			temp = temps[0]
-		} else if wffc && failed == nil && waiting == nil {
+		} else if !state.failed && !state.importing {
 			created, err := c.createLauncherPod(ctx, it, cached, vmi, template.RenderProvisioning)
 			if err != nil || created == nil {
 				return err
