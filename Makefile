@@ -48,6 +48,14 @@ KUBE_BINS := kube-apiserver kube-controller-manager kube-scheduler kubectl
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
+# Unit tests live beside the code; the tests that need the local cluster
+# live in test/integration.
+UNIT_PACKAGES = $$($(GO) list ./... | grep -v /test/integration/)
+
+.PHONY: test-unit
+test-unit: ## Run only the unit tests (no cluster), in well under a minute on a warm machine.
+	$(GO) test -race -count=1 $(UNIT_PACKAGES)
+
 .PHONY: test
 test: tools verify ## Run every test: unit, integration (on the local cluster), verify, and each fuzz target briefly.
 	$(MAKE) --no-print-directory conformance
@@ -70,7 +78,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 1m); make test runs them for
 
 .PHONY: run
 run: tools controller ## Run 3 replicas on the local cluster with a demo workload (RUN_ARGS="--vmis 1000"); Ctrl-C stops.
-	$(GO) run ./cmd/virtshard-run --controller $(BIN)/virtshard-controller $(RUN_ARGS)
+	$(GO) run ./bench/cmd/virtshard-run --controller $(BIN)/virtshard-controller $(RUN_ARGS)
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -85,37 +93,37 @@ controller: ## Build bin/virtshard-controller.
 
 .PHONY: bench
 bench: tools controller ## Every bench scenario at full size (on the realistic workload the runs up to 10,000 VMIs take over an hour); rewrites BENCHMARKS.md's generated section and docs/bench/.
-	$(GO) run ./cmd/virtshard-bench --suite full --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
+	$(GO) run ./bench/cmd/virtshard-bench --suite full --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
 
 .PHONY: bench-smoke
 bench-smoke: tools controller ## Every bench scenario small, in about 5 minutes (also part of make test); output in bin/bench-smoke/.
-	$(GO) run ./cmd/virtshard-bench --suite smoke --controller $(BIN)/virtshard-controller --out $(BIN)/bench-smoke $(BENCH_ARGS)
+	$(GO) run ./bench/cmd/virtshard-bench --suite smoke --controller $(BIN)/virtshard-controller --out $(BIN)/bench-smoke $(BENCH_ARGS)
 
 .PHONY: bench-chaos
 bench-chaos: tools controller ## The chaos scenario: 20,000 VMIs, 4 replicas killed, frozen, cut off, their API server restarted; fails on a fenced-write violation, a duplicate or a stuck VMI.
-	$(GO) run ./cmd/virtshard-bench --scenario chaos --controller $(BIN)/virtshard-controller $(BENCH_ARGS)
+	$(GO) run ./bench/cmd/virtshard-bench --scenario chaos --controller $(BIN)/virtshard-controller $(BENCH_ARGS)
 
 .PHONY: bench-ceiling
 bench-ceiling: tools ## Measure the cluster's own limits: bare pods and kwok's VMI stage, side by side (see BENCHMARKS.md).
-	$(GO) run ./cmd/virtshard-bench --scenario pod-ceiling,vmi-stage-ceiling $(BENCH_ARGS)
+	$(GO) run ./bench/cmd/virtshard-bench --scenario pod-ceiling,vmi-stage-ceiling $(BENCH_ARGS)
 
 .PHONY: bench-scenario
-bench-scenario: tools controller ## One scenario: BENCH_ARGS="--scenario latency --vmis 1000" (see cmd/virtshard-bench --help).
-	$(GO) run ./cmd/virtshard-bench --controller $(BIN)/virtshard-controller $(BENCH_ARGS)
+bench-scenario: tools controller ## One scenario: BENCH_ARGS="--scenario latency --vmis 1000" (see bench/cmd/virtshard-bench --help).
+	$(GO) run ./bench/cmd/virtshard-bench --controller $(BIN)/virtshard-controller $(BENCH_ARGS)
 
 ##@ Local cluster
 
 .PHONY: cluster-up
 cluster-up: tools ## Start the local kwok cluster (NODES=20); harmless when it runs.
-	$(GO) run ./cmd/virtshard-cluster up --nodes $(NODES)
+	$(GO) run ./bench/cmd/virtshard-cluster up --nodes $(NODES)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local kwok cluster and delete its data.
-	$(GO) run ./cmd/virtshard-cluster down
+	$(GO) run ./bench/cmd/virtshard-cluster down
 
 .PHONY: kubeconfig
 kubeconfig: ## Print the local cluster's kubeconfig path.
-	@$(GO) run ./cmd/virtshard-cluster kubeconfig
+	@$(GO) run ./bench/cmd/virtshard-cluster kubeconfig
 
 ##@ Build
 
@@ -195,7 +203,7 @@ conformance: ## Hold virtshard's launcher pods and virt-api defaults against Kub
 	@set -o pipefail; $(GO) test -count=1 -v -run '^TestConformance|^TestAPIDefaults' ./test/conformance/ | { grep -Ev '(100\.0% of|^=== RUN)' || true; }
 
 .PHONY: verify
-verify: generate tools ## Fail on stale generated files, gofmt, go vet, untidy modules, or RBAC that differs from what the controllers call.
+verify: generate tools verify-layering ## Fail on stale generated files, gofmt, go vet, untidy modules, imports against the layering, or RBAC that differs from what the controllers call.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
@@ -207,7 +215,18 @@ verify: generate tools ## Fail on stale generated files, gofmt, go vet, untidy m
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { echo "generated files have uncommitted changes: run make generate and commit"; exit 1; }
 	# The replicas run under deploy/'s RBAC on the local cluster: every call
 	# granted, every grant called (deploy/rbac_test.go; 8 s alone here).
-	$(GO) test -count=1 -run '^TestRBAC' ./deploy/
+	$(GO) test -count=1 -run '^TestRBAC' ./test/integration/deploy/
+
+# The product (the controller, its packages and their tests) imports nothing
+# from the bench or the test support: the arrows point one way.
+PRODUCT_PACKAGES := ./cmd/... ./shard/... ./controllers/... ./replica/... ./client/...
+
+.PHONY: verify-layering
+verify-layering: ## Fail if a product package, its tests included, imports bench/ or test/.
+	@bad=$$(for p in $$($(GO) list $(PRODUCT_PACKAGES)); do \
+	    $(GO) list -deps -test -f '{{.ImportPath}}' $$p | grep -E '^github.com/virtshard/virtshard/(bench|test)(/|$$)' | sed "s|^|$$p imports |"; \
+	  done | sort -u); \
+	test -z "$$bad" || { echo "product packages import bench or test support:"; echo "$$bad"; exit 1; }
 
 .PHONY: clean
 clean: cluster-down ## Stop the cluster and remove bin/.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/virtshard/virtshard/bench/ceiling"
 	"github.com/virtshard/virtshard/bench/cluster"
-	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/client/kubevirt"
 )
 
 // Scenarios the bench knows.

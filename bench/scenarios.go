@@ -24,7 +24,7 @@ import (
 	"github.com/virtshard/virtshard/bench/proc"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/bench/workload"
-	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/client/kubevirt"
 )
 
 // env is what every scenario runs against: the local cluster and its

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/plot"
 )
 
@@ -26,7 +27,7 @@ type suiteRun struct {
 
 // command reproduces the run on its own.
 func (s suiteRun) command() string {
-	return fmt.Sprintf("go run ./cmd/virtshard-bench --scenario %s --vmis %d --replicas %d --rate %g --out DIR", s.scenario, s.vmis, s.replicas, s.rate)
+	return fmt.Sprintf("go run ./bench/cmd/virtshard-bench --scenario %s --vmis %d --replicas %d --rate %g --out DIR", s.scenario, s.vmis, s.replicas, s.rate)
 }
 
 // reported says whether r is this run's report.
@@ -34,7 +35,28 @@ func (s suiteRun) reported(r *Report) bool {
 	return r.Scenario == s.scenario && r.VMIs == s.vmis && r.Replicas == s.replicas
 }
 
-func (s suiteRun) dir() string { return fmt.Sprintf("%s-%d-r%d", s.scenario, s.vmis, s.replicas) }
+func (s suiteRun) dir() string { return runDir(s.scenario, s.vmis, s.replicas) }
+
+func runDir(scenario string, vmis, replicas int) string {
+	return fmt.Sprintf("%s-%d-r%d", scenario, vmis, replicas)
+}
+
+// Dir is the directory of r's run under a suite's --out.
+func (r *Report) Dir() string { return runDir(r.Scenario, r.VMIs, r.Replicas) }
+
+// SuiteRuns is the number of runs in suite.
+func SuiteRuns(suite string) int { return len(suites[suite]) }
+
+// SuiteReports runs o's suite on the cluster copts describes, and returns
+// the reports of the runs that succeeded, in order, and the errors of the
+// others. The cluster must be up.
+func (o *Options) SuiteReports(ctx context.Context, copts cluster.Options) ([]*Report, error) {
+	e, err := newEnv(o, copts)
+	if err != nil {
+		return nil, err
+	}
+	return e.suiteReports(ctx)
+}
 
 // suites: full is every scenario at the size its goal names (make bench);
 // smoke is each small, in a few minutes (make bench-smoke, and make test).

@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/client/kubevirt"
 )
 
 // Options of one ceiling run.

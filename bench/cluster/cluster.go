@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/client/kubevirt"
 )
 
 // DefaultName is the kwok cluster name of the local cluster.

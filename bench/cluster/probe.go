@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/client/kubevirt"
 )
 
 // waitNodesReady waits until the first count kwok nodes are Ready.

@@ -24,7 +24,7 @@ import (
 	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/bench/workload"
-	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/shard"
 )
 

@@ -26,9 +26,9 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/controllers/apidefaults"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
-	"github.com/virtshard/virtshard/controllers/kubevirt"
 )
 
 // The realistic workload: the everyday VMI of KubeVirt's examples, a

@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/controllers/kubevirt"
+	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -106,6 +106,10 @@ func (c *Ranges) Register(consumer Consumer, vmis, pods, vms cache.Indexers) err
 
 // Get is range i's caches while the replica holds it, else nil.
 func (c *Ranges) Get(i int) *Range { return c.held[i].Load() }
+
+// Prepared is range i's caches that Prepare started and no Acquired has
+// taken yet, else nil.
+func (c *Ranges) Prepared(i int) *Range { return c.prepared[i].Load() }
 
 // Cached counts the objects of a resource ("virtualmachineinstances",
 // "pods" or "virtualmachines") in the held ranges' caches.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/virtshard/virtshard/controllers/profiling"
+	"github.com/virtshard/virtshard/replica/profiling"
 )
 
 // Item is a queued object of a sharded controller: its range and its

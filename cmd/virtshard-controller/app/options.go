@@ -15,8 +15,8 @@ import (
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/node"
-	"github.com/virtshard/virtshard/controllers/serving"
 	"github.com/virtshard/virtshard/controllers/vm"
+	"github.com/virtshard/virtshard/replica/serving"
 	"github.com/virtshard/virtshard/shard"
 )
 

@@ -1,0 +1,196 @@
+package audit_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/bench/audit"
+	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/bench/replicas"
+	"github.com/virtshard/virtshard/bench/workload"
+	"github.com/virtshard/virtshard/client/kubevirt"
+	"github.com/virtshard/virtshard/shard"
+	"github.com/virtshard/virtshard/test/clustertest"
+)
+
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
+
+// A replica frozen (SIGSTOP) for twice the lease duration while VMIs keep
+// coming wakes up believing it holds its ranges, which others took over.
+// The API server's audit log shows that no replica, the zombie least of
+// all, wrote to an object outside its tenure of the object's range.
+func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
+	ctx := context.Background()
+	opts := clustertest.Options(t)
+	ns := clustertest.Namespace(t)
+	dir := t.TempDir()
+
+	// The replicas authenticate as the one user the cluster's API server
+	// audits; the run's events follow what the audit log already holds.
+	start, err := opts.AuditLogEnd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := opts.WriteAuditedKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	var procs []*replicas.Replica
+	for i := range 3 {
+		r, err := replicas.Start(replicas.Options{Binary: clustertest.ControllerBinary(t), Kubeconfig: kubeconfig,
+			Namespace: ns, WatchNamespace: ns, LogDir: dir}, fmt.Sprintf("replica-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Thaw(); r.Stop(15 * time.Second) })
+		procs = append(procs, r)
+	}
+
+	kv, err := kubevirt.NewForConfig(clustertest.Config(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 300
+	create := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := kv.VirtualMachineInstances(ns).Create(ctx, workload.VMI(fmt.Sprintf("vmi-%03d", i)), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Freeze one replica in the middle of its work (syncs queued, status
+	// patches waiting in its batcher, watch events in flight) for twice
+	// the lease duration; VMIs keep coming, some of them into its ranges.
+	create(0, 100)
+	zombie := procs[1]
+	if err := zombie.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	create(100, 200)
+	time.Sleep(2*shard.DefaultLeaseDuration - 3*time.Second)
+	if err := zombie.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	create(200, total)
+	waitRunning(t, kv, ns, total)
+
+	// The zombie found, on waking, that its leases had expired.
+	metrics, err := zombie.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := replicas.Sum(metrics, "virtshard_shard_handoffs_total", map[string]string{"reason": "expiry"}); n == 0 {
+		t.Error("the frozen replica gave up no range for expiry: it was not a zombie")
+	}
+	for _, r := range procs {
+		r.Stop(15 * time.Second)
+	}
+
+	// Every range-bound object the replicas wrote: VMIs by their owner
+	// range, launcher pods by their range label.
+	ranges, err := shard.NewRanges(shard.DefaultRangeCount, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := map[string]int{}
+	vmis, err := kv.VirtualMachineInstances(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vmis.Items {
+		owner["virtualmachineinstances/"+v.Name] = ranges.Owner(&v)
+	}
+	pods, err := kubernetes.NewForConfigOrDie(clustertest.Config(t)).CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if i, err := strconv.Atoi(p.Labels[shard.LabelRange]); err == nil {
+			owner["pods/"+p.Name] = i
+		}
+	}
+	auditLog, err := opts.OpenAuditLog(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auditLog.Close()
+	res, err := audit.Checker{
+		LeaseNamespace: ns, LeasePrefix: "virtshard-range-", LeaseDuration: shard.DefaultLeaseDuration,
+		RangeOf: func(resource, namespace, name string) (int, bool) {
+			i, ok := owner[resource+"/"+name]
+			return i, ok && namespace == ns
+		},
+	}.Check(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checked %d replica writes against %d range lease writes", res.Checked, res.LeaseWrites)
+	if res.Checked < total || res.LeaseWrites == 0 {
+		t.Errorf("the audit log has %d replica writes and %d lease writes: too few to prove anything", res.Checked, res.LeaseWrites)
+	}
+	for _, v := range res.Violations {
+		t.Errorf("fenced-write violation: %s", v)
+	}
+	if len(res.Violations) > 0 {
+		logLeaseWrites(t, opts, start, ns, res.Violations)
+	}
+}
+
+// logLeaseWrites logs every write to the Leases of the violated ranges, for
+// a failure that the cluster's audit log will not outlive.
+func logLeaseWrites(t *testing.T, opts cluster.Options, from int64, ns string, violations []audit.Violation) {
+	leases := map[string]bool{}
+	for _, v := range violations {
+		leases[fmt.Sprintf("virtshard-range-%d", v.Range)] = true
+	}
+	log, err := opts.OpenAuditLog(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	err = audit.Scan(log, func(ev *auditv1.Event) error {
+		if ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns || !leases[ev.ObjectRef.Name] {
+			return nil
+		}
+		code := int32(0)
+		if ev.ResponseStatus != nil {
+			code = ev.ResponseStatus.Code
+		}
+		var lease coordinationv1.Lease
+		if ev.RequestObject != nil {
+			_ = json.Unmarshal(ev.RequestObject.Raw, &lease)
+		}
+		t.Logf("lease write: %s %s (resourceVersion %q) received %s completed %s by %s: HTTP %d, holder %q",
+			ev.Verb, ev.ObjectRef.Name, lease.ResourceVersion, ev.RequestReceivedTimestamp.Format(time.RFC3339Nano),
+			ev.StageTimestamp.Format(time.RFC3339Nano), ev.UserAgent, code, ptr.Deref(lease.Spec.HolderIdentity, ""))
+		return nil
+	})
+	if err != nil {
+		t.Errorf("reading the audit log: %v", err)
+	}
+}
+
+func waitRunning(t *testing.T, kv *kubevirt.Clientset, ns string, n int) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		phases, err := workload.Phases(ctx, kv, ns)
+		return err == nil && phases[virtv1.Running] >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("fewer than %d VMIs Running", n)
+	}
+}

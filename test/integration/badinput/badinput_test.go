@@ -1,0 +1,640 @@
+// Package badinput_test feeds three replicas malformed and hostile objects,
+// side by side with good VMIs: each bad object gets a clear condition and
+// event (or is refused by the API server, or is harmless and runs), no
+// replica panics or loops hot, and the good VMIs keep flowing.
+package badinput_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/bench/workload"
+	"github.com/virtshard/virtshard/client/kubevirt"
+	"github.com/virtshard/virtshard/controllers/migration"
+	"github.com/virtshard/virtshard/controllers/vmi"
+	"github.com/virtshard/virtshard/shard"
+	"github.com/virtshard/virtshard/test/clustertest"
+	"github.com/virtshard/virtshard/test/controllertest"
+)
+
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
+
+type env struct {
+	t        *testing.T
+	ns       string
+	kube     kubernetes.Interface
+	kv       *kubevirt.Clientset
+	replicas map[string]*controllertest.Replica
+}
+
+// A case creates its objects and returns a check, polled until it holds.
+// The check returns "" when it holds, else what it is waiting for. A nil
+// check means the API server refused the object: nothing to watch.
+type badCase struct {
+	name   string
+	create func(e *env) (check func(ctx context.Context) string)
+}
+
+const foreignFinalizer = "example.com/keep"
+
+func TestBadInput(t *testing.T) {
+	ns, kube, kv := controllertest.Clients(t)
+	e := &env{t: t, ns: ns, kube: kube, kv: kv}
+	logs := captureV0Logs(t)
+	e.replicas = controllertest.StartN(t, e.ns, 3, nil)
+
+	// Good VMIs created alongside the bad ones must all run.
+	const good = 10
+	for i := range good {
+		e.createVMI(workload.VMI(fmt.Sprintf("good-%d", i)))
+	}
+
+	var wg sync.WaitGroup
+	for _, c := range cases() {
+		wg.Go(func() {
+			t.Run(c.name, func(t *testing.T) {
+				check := c.create(&env{t: t, ns: e.ns, kube: e.kube, kv: e.kv})
+				if check == nil {
+					return
+				}
+				var waiting string
+				err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+					waiting = check(ctx)
+					return waiting == "", nil
+				})
+				if err != nil {
+					t.Errorf("after 2 minutes: %s", waiting)
+				}
+			})
+		})
+	}
+	wg.Wait()
+
+	for i := range good {
+		e.waitPhase(fmt.Sprintf("good-%d", i), virtv1.Running)
+	}
+
+	// No hot loop: once everything settled, the queues barely move.
+	before := e.queueTotals()
+	if before["adds"] == 0 {
+		t.Fatal("no workqueue adds counted at all: the hot-loop check would prove nothing")
+	}
+	time.Sleep(20 * time.Second)
+	after := e.queueTotals()
+	if adds := after["adds"] - before["adds"]; adds > 200 {
+		t.Errorf("%v items were queued in 20 s of quiet: a hot loop", adds)
+	}
+	if retries := after["retries"] - before["retries"]; retries > 20 {
+		t.Errorf("%v retries in 20 s of quiet: a hot loop", retries)
+	}
+	t.Logf("%v adds and %v retries while the cases ran; in 20 s of quiet after: %v adds, %v retries (3 replicas)",
+		before["adds"], before["retries"], after["adds"]-before["adds"], after["retries"]-before["retries"])
+
+	checkV0Logs(t, logs, clustertest.Config(t))
+}
+
+// secret is carried by every object the cases create (an annotation, and a
+// cloud-init password in one case): object contents that must never reach
+// the replicas' V(0) logs, which carry names only.
+var secret = fmt.Sprintf("s3cr3t-%d", time.Now().UnixNano())
+
+func withSecret(meta *metav1.ObjectMeta) {
+	if meta.Annotations == nil {
+		meta.Annotations = map[string]string{}
+	}
+	meta.Annotations["example.com/token"] = secret
+}
+
+// captureV0Logs tees what the in-process replicas log at verbosity 0.
+func captureV0Logs(t *testing.T) *syncBuffer {
+	var flags flag.FlagSet
+	klog.InitFlags(&flags)
+	if err := flags.Set("v", "0"); err != nil {
+		t.Fatal(err)
+	}
+	buf := &syncBuffer{}
+	klog.LogToStderr(false)
+	klog.SetOutput(io.MultiWriter(os.Stderr, buf))
+	t.Cleanup(func() {
+		klog.Flush()
+		klog.LogToStderr(true)
+	})
+	return buf
+}
+
+// checkV0Logs fails on object contents or the replicas' credentials in the
+// V(0) logs, after checking that the capture saw the replicas log at all.
+func checkV0Logs(t *testing.T, captured *syncBuffer, cfg *rest.Config) {
+	klog.Flush()
+	logs := captured.String()
+	if !strings.Contains(logs, "VMI controller running") {
+		t.Fatalf("captured no replica logs at V(0) (%d bytes): the log check would prove nothing", len(logs))
+	}
+	forbidden := map[string]string{"an object's annotation or cloud-init password": secret}
+	if cfg.BearerToken != "" {
+		forbidden["the bearer token"] = cfg.BearerToken
+	}
+	key := cfg.KeyData
+	if len(key) == 0 && cfg.KeyFile != "" {
+		var err error
+		if key, err = os.ReadFile(cfg.KeyFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lines := strings.Split(string(key), "\n"); len(lines) > 2 {
+		forbidden["the client key"] = lines[1] // a line of the key's base64 body
+	}
+	for what, value := range forbidden {
+		if strings.Contains(logs, value) {
+			t.Errorf("the replicas' V(0) logs carry %s", what)
+		}
+	}
+	t.Logf("V(0) logs: %d lines, %d bytes, checked for %d forbidden values", strings.Count(logs, "\n"), len(logs), len(forbidden))
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func cases() []badCase {
+	memory := func(q string) func(*virtv1.VirtualMachineInstance) {
+		return func(v *virtv1.VirtualMachineInstance) {
+			v.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(q)}
+		}
+	}
+	iface := func(name string) virtv1.Interface {
+		return virtv1.Interface{Name: name, InterfaceBindingMethod: virtv1.InterfaceBindingMethod{Masquerade: &virtv1.InterfaceMasquerade{}}}
+	}
+	pod := func(name string) virtv1.Network {
+		return virtv1.Network{Name: name, NetworkSource: virtv1.NetworkSource{Pod: &virtv1.PodNetwork{}}}
+	}
+	networks := func(ifaces []virtv1.Interface, nets []virtv1.Network) func(*virtv1.VirtualMachineInstance) {
+		return func(v *virtv1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces, v.Spec.Networks = ifaces, nets
+		}
+	}
+	invalidNetwork := func(name string, mutate func(*virtv1.VirtualMachineInstance)) badCase {
+		return badCase{name, func(e *env) func(context.Context) string {
+			return e.blockedVMI(name, mutate, vmi.ReasonInvalidNetwork)
+		}}
+	}
+	invalidSpec := func(name string, mutate func(*virtv1.VirtualMachineInstance)) badCase {
+		return badCase{name, func(e *env) func(context.Context) string {
+			return e.blockedVMI(name, mutate, vmi.ReasonInvalidSpec)
+		}}
+	}
+	return []badCase{
+		invalidSpec("no-memory", func(v *virtv1.VirtualMachineInstance) { v.Spec.Domain.Resources = virtv1.ResourceRequirements{} }),
+		invalidSpec("negative-memory", memory("-1Mi")),
+		invalidSpec("zero-memory", memory("0")),
+		invalidSpec("memory-below-minimum", memory("512k")),
+		invalidSpec("absurd-memory", memory("1E3000")),
+		invalidSpec("memory-beyond-64-bits", memory("16Ei")),
+		invalidSpec("volume-without-source", func(v *virtv1.VirtualMachineInstance) {
+			v.Spec.Volumes = []virtv1.Volume{{Name: "disk"}}
+		}),
+		{"unknown-volume-type", func(e *env) func(context.Context) string {
+			// A volume type this API version does not know: the API server
+			// prunes it, and the volume arrives with no source.
+			v := workload.VMI("unknown-volume-type")
+			v.Namespace = e.ns
+			raw := fmt.Sprintf(`{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance","metadata":{"name":%q,"namespace":%q},`+
+				`"spec":{"domain":{"devices":{},"resources":{"requests":{"memory":"64Mi"}}},`+
+				`"tolerations":[{"key":"kwok.x-k8s.io/node","operator":"Exists","effect":"NoSchedule"}],`+
+				`"volumes":[{"name":"disk","nfs":{"server":"x","path":"/"}}]}}`, v.Name, e.ns)
+			err := e.kv.RESTClient().Post().AbsPath("/apis/kubevirt.io/v1/namespaces", e.ns, "virtualmachineinstances").
+				Body([]byte(raw)).Do(context.Background()).Error()
+			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+				e.t.Logf("refused by the API server: %v", err)
+				return nil
+			} else if err != nil {
+				e.t.Fatal(err)
+			}
+			return e.blocked(v.Name, vmi.ReasonInvalidSpec)
+		}},
+		invalidNetwork("interface-without-network", networks([]virtv1.Interface{iface("default"), iface("eth1")}, []virtv1.Network{pod("default")})),
+		invalidNetwork("network-without-interface", networks([]virtv1.Interface{iface("default")},
+			[]virtv1.Network{pod("default"), {Name: "blue", NetworkSource: virtv1.NetworkSource{Multus: &virtv1.MultusNetwork{NetworkName: "blue"}}}})),
+		invalidNetwork("duplicate-interface-names", networks([]virtv1.Interface{iface("default"), iface("default")}, []virtv1.Network{pod("default")})),
+		invalidNetwork("two-pod-networks", networks([]virtv1.Interface{iface("a"), iface("b")}, []virtv1.Network{pod("a"), pod("b")})),
+		invalidNetwork("multus-without-network-name", networks([]virtv1.Interface{iface("default"), iface("m")},
+			[]virtv1.Network{pod("default"), {Name: "m", NetworkSource: virtv1.NetworkSource{Multus: &virtv1.MultusNetwork{}}}})),
+		{"name-at-the-length-limit", func(e *env) func(context.Context) string {
+			name := strings.Repeat("n", 253)
+			e.createVMI(workload.VMI(name))
+			return e.running(name)
+		}},
+		{"foreign-finalizer", func(e *env) func(context.Context) string {
+			v := workload.VMI("foreign-finalizer")
+			v.Finalizers = []string{foreignFinalizer}
+			e.createVMI(v)
+			e.waitPhase(v.Name, virtv1.Running)
+			if err := e.kv.VirtualMachineInstances(e.ns).Delete(context.Background(), v.Name, metav1.DeleteOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			e.t.Cleanup(func() { e.removeFinalizers(v.Name) })
+			// Ours is removed and the pod deleted; the foreign one is left.
+			return func(ctx context.Context) string {
+				got, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, v.Name, metav1.GetOptions{})
+				if err != nil {
+					return fmt.Sprintf("VMI: %v (it must wait for the foreign finalizer)", err)
+				}
+				if !slices.Equal(got.Finalizers, []string{foreignFinalizer}) {
+					return fmt.Sprintf("finalizers %v, want only %s", got.Finalizers, foreignFinalizer)
+				}
+				if n := e.launcherPods(ctx, got.UID); n != 0 {
+					return fmt.Sprintf("%d launcher pods left", n)
+				}
+				return ""
+			}
+		}},
+		{"launcher-pod-range-label-removed", func(e *env) func(context.Context) string {
+			return e.editLauncherPod("pod-label-removed", `{"metadata":{"labels":{"virtshard.io/range":null}}}`)
+		}},
+		{"launcher-pod-range-label-changed", func(e *env) func(context.Context) string {
+			return e.editLauncherPod("pod-label-changed", `{"metadata":{"labels":{"virtshard.io/range":"63000"}}}`)
+		}},
+		{"credentials-in-cloud-init", func(e *env) func(context.Context) string {
+			// Harmless to the controllers; the secret must stay out of their logs.
+			v := workload.VMI("cloud-init-secret")
+			for _, vol := range v.Spec.Volumes {
+				if vol.CloudInitNoCloud != nil {
+					vol.CloudInitNoCloud.UserData = "#cloud-config\npassword: " + secret + "\n"
+				}
+			}
+			e.createVMI(v)
+			return e.running(v.Name)
+		}},
+		{"vmi-range-label-garbage", func(e *env) func(context.Context) string {
+			v := workload.VMI("range-label-garbage")
+			v.Labels[shard.LabelRange] = "banana"
+			e.createVMI(v)
+			return e.running(v.Name)
+		}},
+		{"vmi-range-label-other-range", func(e *env) func(context.Context) string {
+			v := workload.VMI("range-label-other")
+			v.Labels[shard.LabelRange] = "7"
+			e.createVMI(v)
+			return e.running(v.Name)
+		}},
+		{"vm-template-changes-mid-start", func(e *env) func(context.Context) string {
+			vm := e.createVM("template-changes", virtv1.RunStrategyAlways)
+			patch := `{"spec":{"template":{"spec":{"domain":{"resources":{"requests":{"memory":"96Mi"}}}}}}}`
+			if _, err := e.kv.VirtualMachines(e.ns).Patch(context.Background(), vm.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			running := e.running(vm.Name)
+			return func(ctx context.Context) string {
+				if w := running(ctx); w != "" {
+					return w
+				}
+				list, err := e.kv.VirtualMachineInstances(e.ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				n := 0
+				for _, v := range list.Items {
+					if metav1.IsControlledBy(&v, vm) {
+						n++
+					}
+				}
+				if n != 1 {
+					return fmt.Sprintf("%d VMIs of the VM, want 1", n)
+				}
+				return ""
+			}
+		}},
+		{"vm-invalid-run-strategy", func(e *env) func(context.Context) string {
+			vm, err := e.tryCreateVM("bad-strategy", "Sometimes")
+			if apierrors.IsInvalid(err) {
+				e.t.Logf("refused by the API server: %v", err)
+				return nil
+			} else if err != nil {
+				e.t.Fatal(err)
+			}
+			return e.vmFailure(vm.Name, "InvalidRunStrategy")
+		}},
+		{"vm-name-taken-by-foreign-vmi", func(e *env) func(context.Context) string {
+			e.createVMI(workload.VMI("taken"))
+			vm := e.createVM("taken", virtv1.RunStrategyAlways)
+			return e.vmFailure(vm.Name, "FailedCreate")
+		}},
+		{"migration-of-missing-vmi", func(e *env) func(context.Context) string {
+			return e.failedMigration("no-such-vmi", "migrate-missing", migration.ReasonVMINotFound)
+		}},
+		{"migration-of-vmi-not-running", func(e *env) func(context.Context) string {
+			// A VMI that cannot run (no memory) stays Pending.
+			v := workload.Bare("never-runs")
+			v.Spec.Domain.Resources = virtv1.ResourceRequirements{}
+			e.createVMI(v)
+			if w := e.blocked(v.Name, vmi.ReasonInvalidSpec); w != nil {
+				if err := e.poll(w); err != nil {
+					e.t.Fatal(err)
+				}
+			}
+			return e.failedMigration(v.Name, "migrate-not-running", migration.ReasonVMINotRunning)
+		}},
+		{"two-migrations-of-one-vmi", func(e *env) func(context.Context) string {
+			v := workload.VMI("migrated-twice")
+			e.createVMI(v)
+			e.waitPhase(v.Name, virtv1.Running)
+			for _, name := range []string{"twice-a", "twice-b"} {
+				e.createMigration(name, v.Name)
+			}
+			return func(ctx context.Context) string {
+				succeeded := 0
+				for _, name := range []string{"twice-a", "twice-b"} {
+					m, err := e.kv.Migrations(e.ns).Get(ctx, name, metav1.GetOptions{})
+					if err != nil {
+						return err.Error()
+					}
+					if !m.IsFinal() {
+						return fmt.Sprintf("migration %s is %s", name, m.Status.Phase)
+					}
+					if m.Status.Phase == virtv1.MigrationSucceeded {
+						succeeded++
+					}
+				}
+				if succeeded == 0 {
+					return "neither migration succeeded"
+				}
+				got, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, v.Name, metav1.GetOptions{})
+				if err != nil || got.Status.Phase != virtv1.Running {
+					return fmt.Sprintf("VMI after the migrations: %v", err)
+				}
+				return ""
+			}
+		}},
+	}
+}
+
+func (e *env) createVMI(v *virtv1.VirtualMachineInstance) {
+	e.t.Helper()
+	withSecret(&v.ObjectMeta)
+	if _, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), v, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create VMI %.40s: %v", v.Name, err)
+	}
+}
+
+// blockedVMI creates a VMI changed by mutate and expects it blocked for
+// reason, or refused by the API server.
+func (e *env) blockedVMI(name string, mutate func(*virtv1.VirtualMachineInstance), reason string) func(context.Context) string {
+	v := workload.Bare(name)
+	mutate(v)
+	withSecret(&v.ObjectMeta)
+	_, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), v, metav1.CreateOptions{})
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		e.t.Logf("refused by the API server: %v", err)
+		return nil
+	} else if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.blocked(name, reason)
+}
+
+// blocked holds when the VMI has Synchronized=False for reason, an event
+// with that reason, and no launcher pod.
+func (e *env) blocked(name, reason string) func(context.Context) string {
+	return func(ctx context.Context) string {
+		v, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		i := slices.IndexFunc(v.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool {
+			return c.Type == virtv1.VirtualMachineInstanceSynchronized && c.Status == corev1.ConditionFalse && c.Reason == reason
+		})
+		if i < 0 {
+			return fmt.Sprintf("no Synchronized=False %s condition: %+v", reason, v.Status.Conditions)
+		}
+		if !e.hasEvent(ctx, name, reason) {
+			return "no event " + reason
+		}
+		if n := e.launcherPods(ctx, v.UID); n != 0 {
+			return fmt.Sprintf("%d launcher pods for a blocked VMI", n)
+		}
+		return ""
+	}
+}
+
+func (e *env) running(name string) func(context.Context) string {
+	return func(ctx context.Context) string {
+		v, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if v.Status.Phase != virtv1.Running {
+			return fmt.Sprintf("VMI %.40s is %q", name, v.Status.Phase)
+		}
+		return ""
+	}
+}
+
+func (e *env) poll(check func(context.Context) string) error {
+	var waiting string
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		waiting = check(ctx)
+		return waiting == "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", waiting, err)
+	}
+	return nil
+}
+
+func (e *env) waitPhase(name string, phase virtv1.VirtualMachineInstancePhase) {
+	e.t.Helper()
+	if err := e.poll(e.running(name)); err != nil {
+		e.t.Fatalf("waiting for %.40s to be %s: %v", name, phase, err)
+	}
+}
+
+func (e *env) hasEvent(ctx context.Context, name, reason string) bool {
+	events, err := e.kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(events.Items, func(ev corev1.Event) bool { return ev.Reason == reason })
+}
+
+func (e *env) launcherPods(ctx context.Context, uid types.UID) int {
+	pods, err := e.kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.CreatedByLabel + "=" + string(uid)})
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// editLauncherPod runs a VMI, patches its launcher pod as a user might, and
+// expects the VMI to keep running on that pod, its range label restored
+// and the restore reported.
+func (e *env) editLauncherPod(name, patch string) func(context.Context) string {
+	e.createVMI(workload.VMI(name))
+	e.waitPhase(name, virtv1.Running)
+	v, err := e.kv.VirtualMachineInstances(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pods, err := e.kube.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: virtv1.CreatedByLabel + "=" + string(v.UID)})
+	if err != nil || len(pods.Items) != 1 {
+		e.t.Fatalf("launcher pods of %s: %d, %v", name, len(pods.Items), err)
+	}
+	want := pods.Items[0].Labels[shard.LabelRange]
+	if _, err := e.kube.CoreV1().Pods(e.ns).Patch(context.Background(), pods.Items[0].Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return func(ctx context.Context) string {
+		got, err := e.kube.CoreV1().Pods(e.ns).Get(ctx, pods.Items[0].Name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if got.Labels[shard.LabelRange] != want {
+			return fmt.Sprintf("range label %q, want it restored to %q", got.Labels[shard.LabelRange], want)
+		}
+		if !e.hasEvent(ctx, name, vmi.ReasonRangeLabelRestored) {
+			return "no event " + vmi.ReasonRangeLabelRestored
+		}
+		if w := e.running(name)(ctx); w != "" {
+			return w
+		}
+		return ""
+	}
+}
+
+func (e *env) tryCreateVM(name string, strategy virtv1.VirtualMachineRunStrategy) (*virtv1.VirtualMachine, error) {
+	template := workload.AsWritten(name)
+	withSecret(&template.ObjectMeta)
+	vm := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: virtv1.VirtualMachineSpec{RunStrategy: &strategy,
+			Template: &virtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: template.ObjectMeta, Spec: template.Spec}},
+	}
+	return e.kv.VirtualMachines(e.ns).Create(context.Background(), vm, metav1.CreateOptions{})
+}
+
+func (e *env) createVM(name string, strategy virtv1.VirtualMachineRunStrategy) *virtv1.VirtualMachine {
+	e.t.Helper()
+	vm, err := e.tryCreateVM(name, strategy)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return vm
+}
+
+func (e *env) vmFailure(name, reason string) func(context.Context) string {
+	return func(ctx context.Context) string {
+		vm, err := e.kv.VirtualMachines(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if !slices.ContainsFunc(vm.Status.Conditions, func(c virtv1.VirtualMachineCondition) bool {
+			return c.Type == virtv1.VirtualMachineFailure && c.Status == corev1.ConditionTrue && c.Reason == reason
+		}) {
+			return fmt.Sprintf("no Failure condition %s: %+v", reason, vm.Status.Conditions)
+		}
+		if !e.hasEvent(ctx, name, reason) {
+			return "no event " + reason
+		}
+		return ""
+	}
+}
+
+func (e *env) createMigration(name, vmiName string) {
+	e.t.Helper()
+	m := &virtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmiName}}
+	if _, err := e.kv.Migrations(e.ns).Create(context.Background(), m, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// failedMigration creates a migration of vmiName and expects it Failed
+// for reason, with an event.
+func (e *env) failedMigration(vmiName, name, reason string) func(context.Context) string {
+	e.createMigration(name, vmiName)
+	return func(ctx context.Context) string {
+		m, err := e.kv.Migrations(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if m.Status.Phase != virtv1.MigrationFailed {
+			return fmt.Sprintf("migration is %q", m.Status.Phase)
+		}
+		if !slices.ContainsFunc(m.Status.Conditions, func(c virtv1.VirtualMachineInstanceMigrationCondition) bool { return c.Reason == reason }) {
+			return fmt.Sprintf("no condition with reason %s: %+v", reason, m.Status.Conditions)
+		}
+		events, err := e.kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil || !slices.ContainsFunc(events.Items, func(ev corev1.Event) bool { return strings.Contains(ev.Message, reason) }) {
+			return "no event naming " + reason
+		}
+		return ""
+	}
+}
+
+func (e *env) removeFinalizers(name string) {
+	_, _ = e.kv.VirtualMachineInstances(e.ns).Patch(context.Background(), name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+}
+
+// queueTotals sums the replicas' workqueue adds and retries.
+func (e *env) queueTotals() map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range e.replicas {
+		out["adds"] += sum(e.t, r.Registry, "virtshard_workqueue_adds_total")
+		out["retries"] += sum(e.t, r.Registry, "virtshard_workqueue_retries_total")
+	}
+	return out
+}
+
+func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}

@@ -1,0 +1,127 @@
+package bench_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/virtshard/virtshard/bench"
+	"github.com/virtshard/virtshard/test/clustertest"
+)
+
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
+
+// smokeWritesBudget bounds the controllers' writes per VMI in the smoke
+// runs. The floor is 3.0 (pod create, the pod's readiness-gate patch, one
+// VMI patch), held by the full-size burst (make bench); in runs of a few
+// hundred VMIs the status batcher is rarely busy, so some VMIs get an
+// intermediate Scheduling patch of their own.
+const smokeWritesBudget = 3.5
+
+// TestSmoke runs every scenario small (make bench-smoke) against the local
+// cluster with real replica processes and checks the invariants: every VMI
+// Running, none stuck, no duplicate launcher pod, writes per VMI within
+// budget, and the scenario's own figures measured.
+func TestSmoke(t *testing.T) {
+	o := bench.NewOptions()
+	o.Suite, o.Output = bench.SuiteSmoke, "json"
+	o.Controller = clustertest.ControllerBinary(t)
+	o.Out = t.TempDir()
+	reports, err := o.SuiteReports(context.Background(), clustertest.Options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != bench.SuiteRuns(bench.SuiteSmoke) {
+		t.Fatalf("got %d reports, want one per smoke run (%d)", len(reports), bench.SuiteRuns(bench.SuiteSmoke))
+	}
+	for _, r := range reports {
+		t.Run(r.Dir(), func(t *testing.T) {
+			if r.Running != r.VMIs || r.Stuck != 0 {
+				t.Errorf("%d of %d Running, %d stuck", r.Running, r.VMIs, r.Stuck)
+			}
+			if r.Scenario == bench.ScenarioCeiling {
+				if r.CeilingPodsPerSecond <= 0 {
+					t.Errorf("no ceiling measured: %+v", r)
+				}
+				return
+			}
+			if r.DuplicateLauncherPods != 0 {
+				t.Errorf("%d duplicate launcher pods", r.DuplicateLauncherPods)
+			}
+			if r.WritesPerVMI.Total <= 0 || r.WritesPerVMI.Total > smokeWritesBudget {
+				t.Errorf("controller writes per VMI %.2f %v, want in (0, %.1f]", r.WritesPerVMI.Total, r.WritesPerVMI.ByVerbResource, smokeWritesBudget)
+			}
+			// Timestamps have whole seconds, so the latency by KubeVirt's
+			// definition may well be 0: what must hold is that every VMI
+			// carried its Running timestamp.
+			if r.VMIsPerSecond <= 0 || r.LatencyVMIs != r.Running || r.ObservedLatencySeconds.P99 <= 0 {
+				t.Errorf("throughput or latency not measured: %.1f VMIs/s, %d of %d VMIs with a Running timestamp, observed latency %s",
+					r.VMIsPerSecond, r.LatencyVMIs, r.Running, r.ObservedLatencySeconds)
+			}
+			if len(r.ReplicaStats) != r.Replicas {
+				t.Errorf("stats of %d replicas, want %d", len(r.ReplicaStats), r.Replicas)
+			}
+			cached, ranges := 0, 0
+			for _, s := range r.ReplicaStats {
+				if s.PeakRSSBytes <= 0 || s.CPUSeconds <= 0 {
+					t.Errorf("%s: peak RSS %d, CPU %.2f s: not measured", s.Name, s.PeakRSSBytes, s.CPUSeconds)
+				}
+				cached += s.CachedVMIs
+				ranges += s.OwnedRanges
+			}
+			wantRanges := o.Ranges
+			if r.Scenario == bench.ScenarioSingleton {
+				wantRanges = 1
+			}
+			if ranges != wantRanges || r.Ranges != wantRanges {
+				t.Errorf("replicas hold %d ranges, report says %d, want %d", ranges, r.Ranges, wantRanges)
+			}
+			wantCached := r.VMIs
+			if r.Scenario == bench.ScenarioLatency {
+				wantCached = 3 * r.VMIs // the burst and two open loops
+			}
+			if cached != wantCached {
+				t.Errorf("replicas cache %d VMIs together, want each of the %d exactly once", cached, wantCached)
+			}
+			switch r.Scenario {
+			case bench.ScenarioMigrations:
+				m := r.Migration
+				switch {
+				case m == nil:
+					t.Error("no migration figures")
+				case m.Migrations != r.VMIs/5 || m.Succeeded != m.Migrations || m.Failed != 0:
+					t.Errorf("%d migrations, %d succeeded, %d failed; want a fifth of %d VMIs, all succeeded", m.Migrations, m.Succeeded, m.Failed, r.VMIs)
+				case m.MaxInFlightCluster == 0 || m.MaxInFlightCluster > m.LimitPerCluster || m.MaxOutboundPerNode > m.LimitPerNode:
+					t.Errorf("sampled %d in flight (limit %d), %d out of a node (limit %d)", m.MaxInFlightCluster, m.LimitPerCluster, m.MaxOutboundPerNode, m.LimitPerNode)
+				case m.MigrationsPerSecond <= 0 || m.DurationSeconds.P99 <= 0:
+					t.Errorf("rate %.2f/s, durations %s: not measured", m.MigrationsPerSecond, m.DurationSeconds)
+				}
+			case bench.ScenarioThroughput:
+				if r.CeilingPodsPerSecond <= 0 || r.CeilingRatio <= 0 {
+					t.Errorf("ceiling %.1f pods/s, ratio %.2f: not measured", r.CeilingPodsPerSecond, r.CeilingRatio)
+				}
+			case bench.ScenarioLatency:
+				if len(r.LatencyRuns) != 2 || r.LatencyRuns[1].Rate <= r.LatencyRuns[0].Rate/10 {
+					t.Errorf("latency runs %+v: want one at --rate and one at half the throughput", r.LatencyRuns)
+				}
+			case bench.ScenarioFailover, bench.ScenarioRolling:
+				if r.TakeoverSeconds <= 0 || len(r.HandoffSeconds) == 0 {
+					t.Errorf("takeover %.2f s, handoffs %v: not measured", r.TakeoverSeconds, r.HandoffSeconds)
+				}
+			}
+			// A killed replica's ranges wait a lease duration for new
+			// holders: the once-a-second samples must see them unserved.
+			if r.Scenario == bench.ScenarioFailover && (r.MinActiveRanges >= r.Ranges || r.UnservedRangeSeconds <= 0) {
+				t.Errorf("failover: at least %d of %d ranges acted on, %.1f range-seconds unserved: the takeover went unseen",
+					r.MinActiveRanges, r.Ranges, r.UnservedRangeSeconds)
+			}
+			dir := filepath.Join(o.Out, r.Dir())
+			for _, file := range []string{"report.json", "timeline.csv", "latency.csv", "throughput.svg", "ranges.svg", "latency-cdf.svg", "cpu-kube-apiserver.pprof", "cpu-virtshard-0.pprof"} {
+				if fi, err := os.Stat(filepath.Join(dir, file)); err != nil || fi.Size() == 0 {
+					t.Errorf("%s missing or empty in --out: %v", file, err)
+				}
+			}
+		})
+	}
+}

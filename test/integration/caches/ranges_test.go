@@ -1,0 +1,110 @@
+package caches_test
+
+import (
+	"context"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/client/kubevirt"
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/shard"
+	"github.com/virtshard/virtshard/test/clustertest"
+)
+
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
+
+// counting is a consumer that counts the ranges handed to it.
+type counting struct{ acquired atomic.Int32 }
+
+func (c *counting) Acquired(context.Context, *caches.Range) error { c.acquired.Add(1); return nil }
+func (c *counting) Releasing(context.Context, int, shard.Reason)  {}
+
+// A prepared range fills its caches before anyone acts on it, and Acquired
+// hands those same caches to the consumers instead of starting new ones.
+func TestPreparedCachesAreWhatAcquiredUses(t *testing.T) {
+	cfg := clustertest.Config(t)
+	kv, err := kubevirt.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := clustertest.Namespace(t)
+	ranges, err := shard.NewRanges(shard.DefaultRangeCount, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmi, err := kv.VirtualMachineInstances(ns).Create(context.Background(), &virtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "warm"},
+		Spec: virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := ranges.Of(vmi)
+	c := caches.NewRanges(caches.Config{Kube: kubernetes.NewForConfigOrDie(cfg), KubeVirt: kv, Namespace: ns, Ranges: ranges})
+	consumer := &counting{}
+	if err := c.Register(consumer, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	c.Prepare(i)
+	c.Prepare(i) // a second ask starts nothing new
+	prepared := c.Prepared(i)
+	if prepared == nil {
+		t.Fatalf("Prepare(%d) started no caches", i)
+	}
+	key, _ := cache.MetaNamespaceKeyFunc(vmi)
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, found, err := prepared.VMIs.Get(key)
+		return found && err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("prepared caches of range %d never held VMI %s", i, key)
+	}
+	if c.Get(i) != nil || consumer.acquired.Load() != 0 {
+		t.Fatalf("range %d handed to consumers before Acquired", i)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Acquired(ctx, i); err != nil {
+		t.Fatal(err)
+	}
+	if c.Get(i) != prepared {
+		t.Errorf("Acquired(%d) started new caches instead of the prepared ones", i)
+	}
+	if n := consumer.acquired.Load(); n != 1 {
+		t.Errorf("consumer told of %d acquisitions, want 1", n)
+	}
+	c.Releasing(ctx, i, shard.ReasonRelease)
+
+	// Unprepare stops what Prepare started, and Acquired then starts afresh.
+	j := (i + 1) % ranges.Count()
+	c.Prepare(j)
+	dropped := c.Prepared(j)
+	c.Unprepare(j)
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return dropped.VMIs.Unlabelled.IsStopped() && dropped.VMIs.Labelled.IsStopped() && dropped.Pods.IsStopped() && dropped.VMs.IsStopped(), nil
+	})
+	if err != nil {
+		t.Fatalf("informers of unprepared range %d still run", j)
+	}
+	if err := c.Acquired(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Get(j); got == nil || got == dropped {
+		t.Errorf("Acquired(%d) after Unprepare reused dropped caches or none", j)
+	}
+	c.Releasing(ctx, j, shard.ReasonRelease)
+}

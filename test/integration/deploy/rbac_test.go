@@ -1,0 +1,407 @@
+package deploy_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/bench/workload"
+	"github.com/virtshard/virtshard/client/kubevirt"
+	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
+	"github.com/virtshard/virtshard/controllers/node"
+	"github.com/virtshard/virtshard/test/clustertest"
+	"github.com/virtshard/virtshard/test/controllertest"
+)
+
+// access is one kind of API request: verb, group and resource (with its
+// subresource), as RBAC sees it.
+type access struct{ verb, group, resource string }
+
+func (a access) String() string {
+	if a.group == "" {
+		return a.verb + " " + a.resource
+	}
+	return a.verb + " " + a.resource + "." + a.group
+}
+
+// rarelyCalled are granted verbs the workload below does not reach, each
+// with the code path that needs it. Everything else granted must be called.
+var rarelyCalled = map[access]string{
+	{"patch", "", "events"}: "client-go's event recorder patches an event that repeats within its aggregation window",
+	{"delete", "kubevirt.io", "virtualmachineinstancemigrations"}: "the migration controller keeps the 5 newest finished migrations of a VMI and deletes older ones",
+	{"get", "", "pods"}: "the migration controller confirms a target pod missing from its cache before it fails the migration",
+	{"get", "kubevirt.io", "virtualmachineinstances"}: "the status batcher re-reads a VMI whose patch conflicted; the VM controller tells " +
+		"a VMI its create made from a foreign one of that name; the migration controller checks a VMI missing from its cache",
+	{"list", "cdi.kubevirt.io", "datavolumes"}:  "DataVolumes are watched only where CDI's DataVolume CRD is installed (not on the local cluster)",
+	{"watch", "cdi.kubevirt.io", "datavolumes"}: "the same",
+	{"list", "k8s.cni.cncf.io", "network-attachment-definitions"}: "NetworkAttachmentDefinitions are watched only where Multus' CRD is " +
+		"installed (not on the local cluster), for the launcher pod's SR-IOV resources",
+	{"watch", "k8s.cni.cncf.io", "network-attachment-definitions"}: "the same",
+}
+
+// listFallback reports whether a is a list of a resource the replica
+// watches: informers list and watch in one streaming request (watch-list),
+// and fall back to a plain list when the server refuses or cuts it.
+func listFallback(a access, calls map[access]int) bool {
+	return a.verb == "list" && calls[access{"watch", a.group, a.resource}] > 0
+}
+
+// recorder records every request a client sends, and the forbidden ones.
+type recorder struct {
+	mu        sync.Mutex
+	calls     map[access]int
+	forbidden map[access]int
+}
+
+func (r *recorder) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		resp, err := next.RoundTrip(req)
+		a, ok := parseAccess(req)
+		if !ok {
+			return resp, err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.calls[a]++
+		if err == nil && resp.StatusCode == http.StatusForbidden {
+			r.forbidden[a]++
+		}
+		return resp, err
+	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// requests parses API paths as the API server's authorizer does.
+var requests = &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+
+// parseAccess reads verb, group and resource (with its subresource) from a
+// resource request, as RBAC sees it; discovery and other non-resource paths
+// are not resource requests.
+func parseAccess(req *http.Request) (access, bool) {
+	info, err := requests.NewRequestInfo(req)
+	if err != nil || !info.IsResourceRequest {
+		return access{}, false
+	}
+	resource := info.Resource
+	if info.Subresource != "" {
+		resource += "/" + info.Subresource
+	}
+	return access{info.Verb, info.APIGroup, resource}, true
+}
+
+// grants expands RBAC rules into the accesses they allow.
+func grants(rules []rbacv1.PolicyRule) map[access]bool {
+	out := map[access]bool{}
+	for _, rule := range rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				for _, v := range rule.Verbs {
+					out[access{v, g, res}] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// The replicas run under exactly the deployed ServiceAccount's rules (the
+// test impersonates it), through every controller's path; every request
+// they make is granted, and every grant but the listed rare ones is used.
+func TestRBACIsExactlyWhatTheControllersCall(t *testing.T) {
+	ctx := context.Background()
+	cfg := clustertest.Config(t)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	kv, err := kubevirt.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := clustertest.Namespace(t)
+
+	// The deployed rules, bound to a ServiceAccount of the test namespace
+	// (the Role there too: the test's replica keeps its Leases in it).
+	objs := render(t, "default")
+	var clusterRole rbacv1.ClusterRole
+	var role rbacv1.Role
+	var delegator rbacv1.ClusterRoleBinding
+	object(t, objs, "ClusterRole", "virtshard-controller", &clusterRole)
+	object(t, objs, "Role", "virtshard-controller", &role)
+	object(t, objs, "ClusterRoleBinding", "virtshard-controller-auth-delegator", &delegator)
+	if delegator.RoleRef.Name != "system:auth-delegator" {
+		t.Fatalf("the auth delegator binding refers to %s", delegator.RoleRef.Name)
+	}
+	sa := "virtshard-controller"
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}}
+	name := "virtshard-rbac-" + ns
+	createClusterRole(t, kube, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: clusterRole.Rules},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name + "-delegator"}, Subjects: subjects, RoleRef: delegator.RoleRef})
+	if _, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: sa}, Rules: role.Rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa}, Subjects: subjects,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	granted := grants(append(clusterRole.Rules, role.Rules...))
+	// What system:auth-delegator grants.
+	granted[access{"create", "authentication.k8s.io", "tokenreviews"}] = true
+	granted[access{"create", "authorization.k8s.io", "subjectaccessreviews"}] = true
+
+	rec := &recorder{calls: map[access]int{}, forbidden: map[access]int{}}
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := controllertest.Start(t, ns, "replica-rbac", func(o *app.Options) {
+		o.AdjustConfig = func(c *rest.Config) {
+			c.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", ns, sa)}
+			c.Wrap(rec.wrap)
+		}
+		o.SecureServing, o.Listener = true, listener
+	})
+
+	w := &rbacWorkload{t: t, ns: ns, kube: kube, kv: kv}
+	w.run()
+	w.scrape(sa, "https://"+listener.Addr().String()+"/metrics")
+	if err := replica.Stop(); err != nil {
+		t.Errorf("replica stopped with %v", err)
+	}
+	// The account cannot read Secrets, even in its own namespace.
+	as := rest.CopyConfig(cfg)
+	as.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", ns, sa)}
+	if _, err := kubernetes.NewForConfigOrDie(as).CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the controller's account lists Secrets: %v, want forbidden", err)
+	}
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var called []string
+	for a, n := range rec.calls {
+		called = append(called, fmt.Sprintf("%s ×%d", a, n))
+	}
+	sort.Strings(called)
+	t.Logf("the replica called:\n  %s", strings.Join(called, "\n  "))
+	for a, n := range rec.forbidden {
+		t.Errorf("%s was forbidden %d times", a, n)
+	}
+	for a := range rec.calls {
+		if !granted[a] {
+			t.Errorf("%s is called but not granted", a)
+		}
+	}
+	for a := range granted {
+		if rec.calls[a] == 0 && rarelyCalled[a] == "" && !listFallback(a, rec.calls) {
+			t.Errorf("%s is granted but never called: remove it, or list it in rarelyCalled with the path that needs it", a)
+		}
+	}
+	for a := range granted {
+		if a.resource == "secrets" {
+			t.Errorf("%s is granted: the controllers read no Secrets", a)
+		}
+	}
+	for a := range rarelyCalled {
+		if !granted[a] {
+			t.Errorf("rarelyCalled lists %s, which is not granted", a)
+		}
+	}
+}
+
+func createClusterRole(t *testing.T, kube kubernetes.Interface, role *rbacv1.ClusterRole, bindings ...*rbacv1.ClusterRoleBinding) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+	})
+	for _, b := range bindings {
+		if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), b.Name, metav1.DeleteOptions{})
+		})
+	}
+}
+
+// rbacWorkload drives every controller: a VM started, migrated and halted;
+// a VMI evacuated from a drained node; deletions.
+type rbacWorkload struct {
+	t    *testing.T
+	ns   string
+	kube kubernetes.Interface
+	kv   *kubevirt.Clientset
+}
+
+const rbacPoolLabel = "virtshard.io/test-pool"
+
+func (w *rbacWorkload) run() {
+	t, ctx := w.t, context.Background()
+
+	// A VM: the VM controller creates its VMI, the VMI controller its pod.
+	always, halted := virtv1.RunStrategyAlways, virtv1.RunStrategyHalted
+	template := workload.AsWritten("template")
+	vm := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm"},
+		Spec: virtv1.VirtualMachineSpec{RunStrategy: &always, Template: &virtv1.VirtualMachineInstanceTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: template.Labels}, Spec: template.Spec}},
+	}
+	if _, err := w.kv.VirtualMachines(w.ns).Create(ctx, vm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitRunning("vm", "")
+
+	// A migration of it: the migration controller's path.
+	m := &virtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "migrate-vm"}, Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm"}}
+	if _, err := w.kv.Migrations(w.ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.poll("migration migrate-vm Succeeded", func(ctx context.Context) bool {
+		got, err := w.kv.Migrations(w.ns).Get(ctx, m.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == virtv1.MigrationSucceeded
+	})
+
+	// A drained node: the node controller creates an evacuation migration.
+	drained, other := w.addNode("drained"), w.addNode("other")
+	vmi := workload.VMI("evacuee")
+	vmi.Spec.NodeSelector = map[string]string{rbacPoolLabel: w.ns}
+	vmi.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+		Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{drained}}}},
+	}}}}
+	if _, err := w.kv.VirtualMachineInstances(w.ns).Create(ctx, vmi, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	on := w.waitRunning("evacuee", "")
+	if on != drained {
+		drained, other = other, drained
+	}
+	taint := fmt.Sprintf(`{"spec":{"taints":[{"key":%q,"value":"fake","effect":"NoSchedule"},{"key":%q,"effect":"NoSchedule"}]}}`,
+		cluster.KwokNodeTaintKey, node.DefaultDrainTaintKey)
+	if _, err := w.kube.CoreV1().Nodes().Patch(ctx, drained, types.MergePatchType, []byte(taint), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitRunning("evacuee", other)
+
+	// Halting the VM deletes its VMI; deleting the VM and the VMI releases
+	// their finalizers.
+	patch := fmt.Sprintf(`{"spec":{"runStrategy":%q}}`, halted)
+	if _, err := w.kv.VirtualMachines(w.ns).Patch(ctx, "vm", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitGone("VMI vm", func(ctx context.Context) error {
+		_, err := w.kv.VirtualMachineInstances(w.ns).Get(ctx, "vm", metav1.GetOptions{})
+		return err
+	})
+	if err := w.kv.VirtualMachines(w.ns).Delete(ctx, "vm", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitGone("VM vm", func(ctx context.Context) error {
+		_, err := w.kv.VirtualMachines(w.ns).Get(ctx, "vm", metav1.GetOptions{})
+		return err
+	})
+	if err := w.kv.VirtualMachineInstances(w.ns).Delete(ctx, "evacuee", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitGone("VMI evacuee", func(ctx context.Context) error {
+		_, err := w.kv.VirtualMachineInstances(w.ns).Get(ctx, "evacuee", metav1.GetOptions{})
+		return err
+	})
+}
+
+// scrape asks the replica's protected /metrics with the ServiceAccount's
+// own token: the replica reviews it with the API server.
+func (w *rbacWorkload) scrape(sa, url string) {
+	t, ctx := w.t, context.Background()
+	tr, err := w.kube.CoreV1().ServiceAccounts(w.ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
+	// The replica's certificate is self-signed.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	// The controller's own account may not read /metrics: only reviewed.
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("GET /metrics with the controller's token: %s, want 403", resp.Status)
+	}
+}
+
+func (w *rbacWorkload) addNode(suffix string) string {
+	n := cluster.NewNode(w.ns+"-"+suffix, 110)
+	n.Labels[rbacPoolLabel] = w.ns
+	if _, err := w.kube.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = w.kube.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
+	w.poll("node "+n.Name+" Ready", func(ctx context.Context) bool {
+		got, err := w.kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		return err == nil && slices.ContainsFunc(got.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		})
+	})
+	return n.Name
+}
+
+// waitRunning waits until VMI name runs (on node, if given) and returns its
+// node.
+func (w *rbacWorkload) waitRunning(name, on string) string {
+	var at string
+	w.poll("VMI "+name+" Running "+on, func(ctx context.Context) bool {
+		vmi, err := w.kv.VirtualMachineInstances(w.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || vmi.Status.Phase != virtv1.Running || (on != "" && vmi.Status.NodeName != on) {
+			return false
+		}
+		at = vmi.Status.NodeName
+		return true
+	})
+	return at
+}
+
+func (w *rbacWorkload) waitGone(what string, get func(context.Context) error) {
+	w.poll(what+" gone", func(ctx context.Context) bool { return apierrors.IsNotFound(get(ctx)) })
+}
+
+func (w *rbacWorkload) poll(what string, done func(context.Context) bool) {
+	w.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return done(ctx), nil
+	})
+	if err != nil {
+		w.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
