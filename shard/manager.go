@@ -126,11 +126,23 @@ func NewManager(cfg Config) (*Manager, error) {
 // lease and its last renewal is recent enough that nobody else can have
 // taken it. Controllers check it before every write path; it takes no lock.
 func (m *Manager) Holds(i int) bool {
+	_, ok := m.Deadline(i)
+	return ok
+}
+
+// Deadline is the fence of range i: when this member's claim on it could
+// lapse unless renewed, and whether it holds i now. Every renewal moves it
+// forward; it stays a margin (LeaseDuration - RenewDeadline) ahead of the
+// Lease's expiry as any other member sees it.
+func (m *Manager) Deadline(i int) (time.Time, bool) {
 	if i < 0 || i >= len(m.deadlines) {
-		return false
+		return time.Time{}, false
 	}
 	d := m.deadlines[i].Load()
-	return d != 0 && m.cfg.Clock.Now().UnixNano() < d
+	if d == 0 || m.cfg.Clock.Now().UnixNano() >= d {
+		return time.Time{}, false
+	}
+	return time.Unix(0, d), true
 }
 
 // Owned returns the ranges this member holds and whose Acquired returned.

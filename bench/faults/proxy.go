@@ -11,7 +11,8 @@ import (
 // Proxy forwards TCP connections from a loopback port to a target (the API
 // server) and can cut them: while cut, bytes stop flowing both ways and new
 // connections wait, as in a network partition; nothing is closed, so the
-// client sees timeouts, not errors. Restore lets everything flow again.
+// client sees timeouts, not errors. Stall also drops the open connections.
+// Restore lets everything flow again.
 type Proxy struct {
 	target   string
 	listener net.Listener
@@ -43,6 +44,20 @@ func (p *Proxy) Cut() {
 	p.mu.Lock()
 	p.cut = true
 	p.mu.Unlock()
+}
+
+// Stall drops every open connection and holds new ones until Restore:
+// they are accepted and never forwarded, so a client's requests wait
+// inside the client, on a connection that does not complete, as when the
+// route to the server has gone. What was in flight is lost, not delivered
+// late.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
 }
 
 // Restore lets traffic flow again.

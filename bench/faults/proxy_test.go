@@ -53,3 +53,51 @@ func TestProxyCutsAndRestores(t *testing.T) {
 		t.Errorf("after restore: %q, %v", body, err)
 	}
 }
+
+// A stalled proxy drops the open connection, and a request on a new one
+// waits in the client until Restore, then goes through.
+func TestProxyStallHoldsRequestsInTheClient(t *testing.T) {
+	requests := make(chan struct{}, 10)
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests <- struct{}{}
+		_, _ = w.Write([]byte("pong"))
+	}))
+	defer server.Close()
+	p, err := NewProxy(server.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	url := "http://" + p.Addr()
+	kept := &http.Client{}
+	if body, err := get(t, kept, url); err != nil || body != "pong" {
+		t.Fatalf("through the proxy: %q, %v", body, err)
+	}
+	<-requests
+
+	p.Stall()
+	if _, err := get(t, kept, url); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("while stalled: %v, want a timeout", err)
+	}
+	if len(requests) != 0 {
+		t.Fatalf("%d requests reached the server while stalled", len(requests))
+	}
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		resp, err := kept.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case <-requests:
+		t.Fatal("a request reached the server while stalled")
+	case <-time.After(200 * time.Millisecond):
+	}
+	p.Restore()
+	if err := <-done; err != nil {
+		t.Errorf("the held request after restore: %v", err)
+	}
+}

@@ -39,8 +39,8 @@ const (
 type Config struct {
 	Kube     kubernetes.Interface
 	KubeVirt *kubevirt.Clientset
-	// Fence reports whether this replica may act on a range now.
-	Fence   interface{ Holds(int) bool }
+	// Fence admits syncs and writes of the ranges this replica holds.
+	Fence   sharded.Fence
 	Ranges  shard.Ranges
 	Caches  *caches.Ranges
 	Cluster *caches.Cluster

@@ -74,10 +74,11 @@ func (c *Controller) createTargetPod(ctx context.Context, it item, m *virtv1.Vir
 	if err != nil {
 		return nil, fmt.Errorf("render target pod of migration %s: %w", it.Key, err)
 	}
-	if !c.cfg.Fence.Holds(it.Range) {
-		return nil, fmt.Errorf("range %d no longer held", it.Range)
-	}
-	created, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	var created *corev1.Pod
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		created, err = c.cfg.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
 	if apierrors.IsAlreadyExists(err) {
 		return c.cfg.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	}

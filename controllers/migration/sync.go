@@ -163,7 +163,11 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			next = virtv1.MigrationPending
 		case virtv1.MigrationPending:
 			if s.pod == nil {
-				granted, err := c.permits.Acquire(ctx, c.candidate(m), c.waiting(), c.limits())
+				var granted bool
+				err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+					granted, err = c.permits.Acquire(ctx, c.candidate(m), c.waiting(), c.limits())
+					return err
+				})
 				if err != nil {
 					return 0, err
 				}
@@ -313,9 +317,6 @@ func podReady(pod *corev1.Pod) bool {
 // handleTargetPodHandoff writes it; and, with the VmiMemoryOverheadReport
 // gate, the target pod's memory overhead.
 func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pod, source *corev1.Pod) error {
-	if !c.cfg.Fence.Holds(it.Range) {
-		return nil
-	}
 	cluster := c.cfg.ClusterConfig.Current()
 	state := &virtv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: pod.Spec.NodeName, TargetPod: pod.Name,
@@ -341,7 +342,11 @@ func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMach
 	if err != nil {
 		return err
 	}
-	if _, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("hand migration %s to the nodes: %w", it.Key, err)
 	}
 	c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulHandOff, "Migration target pod %s on node %s handed over to the node agents", pod.Name, pod.Spec.NodeName)
@@ -403,10 +408,14 @@ func replaceObject(old, next map[string]any) map[string]any {
 
 func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
 	cached, exists, _ := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.Key)
-	if exists && equality.Semantic.DeepEqual(cached.(*virtv1.VirtualMachineInstanceMigration).Status, m.Status) || !c.cfg.Fence.Holds(it.Range) {
+	if exists && equality.Semantic.DeepEqual(cached.(*virtv1.VirtualMachineInstanceMigration).Status, m.Status) {
 		return nil
 	}
-	updated, err := c.cfg.KubeVirt.Migrations(m.Namespace).UpdateStatus(ctx, m, metav1.UpdateOptions{})
+	var updated *virtv1.VirtualMachineInstanceMigration
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		updated, err = c.cfg.KubeVirt.Migrations(m.Namespace).UpdateStatus(ctx, m, metav1.UpdateOptions{})
+		return err
+	})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
@@ -442,17 +451,16 @@ func (c *Controller) failAndFinish(ctx context.Context, it item, s state, reason
 // of a successful one, older migrations of the VMI, and the finalizer.
 func (c *Controller) finish(ctx context.Context, it item, s state) error {
 	m := s.m
-	if !c.cfg.Fence.Holds(it.Range) {
-		return nil
-	}
 	if m.Status.Phase == virtv1.MigrationFailed && s.pod != nil && s.pod.DeletionTimestamp == nil {
-		err := c.cfg.Kube.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.pod.UID}})
+		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+			return c.cfg.Kube.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.pod.UID}})
+		})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete target pod of migration %s: %w", it.Key, err)
 		}
 		c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
 	}
-	if err := c.permits.Release(ctx, m.UID); err != nil {
+	if err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error { return c.permits.Release(ctx, m.UID) }); err != nil {
 		return err
 	}
 	if m.Status.Phase == virtv1.MigrationSucceeded {
@@ -461,7 +469,7 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 		}
 	}
 	if s.vmi != nil {
-		if err := c.collectGarbage(ctx, s.vmi); err != nil {
+		if err := c.collectGarbage(ctx, it, s.vmi); err != nil {
 			return err
 		}
 	}
@@ -489,15 +497,23 @@ func (c *Controller) markSourcePod(ctx context.Context, it item, m *virtv1.Virtu
 	if pod.Annotations[MigratedToAnnotation] != "" || pod.Status.Phase != corev1.PodRunning || pod.Labels[virtv1.CreatedByLabel] == "" {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{MigratedToAnnotation: ms.TargetNode}}})
-	if _, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	// The pod as cached, or nothing: a conflict retries the migration.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": pod.UID, "resourceVersion": pod.ResourceVersion,
+		"annotations": map[string]string{MigratedToAnnotation: ms.TargetNode},
+	}})
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("mark source pod %s: %w", pod.Name, err)
 	}
 	return nil
 }
 
 // collectGarbage keeps the newest final migrations of the VMI.
-func (c *Controller) collectGarbage(ctx context.Context, vmi *virtv1.VirtualMachineInstance) error {
+func (c *Controller) collectGarbage(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance) error {
 	var final []*virtv1.VirtualMachineInstanceMigration
 	for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
 		if m.IsFinal() && m.DeletionTimestamp == nil {
@@ -509,7 +525,9 @@ func (c *Controller) collectGarbage(ctx context.Context, vmi *virtv1.VirtualMach
 	}
 	sort.Slice(final, func(i, j int) bool { return final[i].CreationTimestamp.Before(&final[j].CreationTimestamp) })
 	for _, m := range final[:len(final)-finishedToKeep] {
-		err := c.cfg.KubeVirt.Migrations(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}})
+		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+			return c.cfg.KubeVirt.Migrations(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}})
+		})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("delete old migration %s: %w", m.Name, err)
 		}
@@ -522,9 +540,6 @@ func (c *Controller) addFinalizer(ctx context.Context, it item, m *virtv1.Virtua
 }
 
 func (c *Controller) patchFinalizers(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, finalizers []string) error {
-	if !c.cfg.Fence.Holds(it.Range) {
-		return nil
-	}
 	if finalizers == nil {
 		finalizers = []string{}
 	}
@@ -532,7 +547,11 @@ func (c *Controller) patchFinalizers(ctx context.Context, it item, m *virtv1.Vir
 	if err != nil {
 		return err
 	}
-	updated, err := c.cfg.KubeVirt.Migrations(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	var updated *virtv1.VirtualMachineInstanceMigration
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		updated, err = c.cfg.KubeVirt.Migrations(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil

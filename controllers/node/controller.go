@@ -58,10 +58,11 @@ const (
 type Config struct {
 	Kube     kubernetes.Interface
 	KubeVirt *kubevirt.Clientset
-	Fence    interface{ Holds(int) bool }
-	Ranges   shard.Ranges
-	Caches   *caches.Ranges
-	Cluster  *caches.Cluster
+	// Fence admits writes of the ranges this replica holds.
+	Fence   sharded.Fence
+	Ranges  shard.Ranges
+	Caches  *caches.Ranges
+	Cluster *caches.Cluster
 	// GracePeriod a node may be NotReady.
 	GracePeriod time.Duration
 	// DrainTaintKey, when set, overrides the KubeVirt CR's
@@ -84,8 +85,9 @@ type ClusterConfig interface {
 
 // Controller is the node controller of one replica.
 type Controller struct {
-	cfg   Config
-	queue workqueue.TypedRateLimitingInterface[string]
+	cfg    Config
+	queue  workqueue.TypedRateLimitingInterface[string]
+	writer *sharded.Writer
 }
 
 // New returns a controller registered with cfg.Caches.
@@ -97,7 +99,8 @@ func New(cfg Config) (*Controller, error) {
 		return nil, errors.New("node controller: no cluster configuration")
 	}
 	c := &Controller{
-		cfg: cfg,
+		cfg:    cfg,
+		writer: sharded.NewWriter("node", cfg.Fence, cfg.ReconcileMetrics),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node"}),
 	}
@@ -234,10 +237,11 @@ func drained(node *corev1.Node, key string) bool {
 // failAll fails the VMIs and deletes their launcher pods on the node.
 func (c *Controller) failAll(ctx context.Context, node string, vmis []held, why string) error {
 	for _, h := range vmis {
-		if !c.cfg.Fence.Holds(h.rng) {
-			continue
+		err := c.fail(ctx, h, why)
+		if errors.Is(err, sharded.ErrNotHeld) {
+			continue // another replica's VMI now: it fails it
 		}
-		if err := c.fail(ctx, h, why); err != nil {
+		if err != nil {
 			return err
 		}
 		pods, _ := h.r.Pods.GetIndexer().ByIndex(caches.ByVMIUID, string(h.vmi.UID))
@@ -246,8 +250,10 @@ func (c *Controller) failAll(ctx context.Context, node string, vmis []held, why 
 			if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil {
 				continue
 			}
-			err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
-			if err != nil && !apierrors.IsNotFound(err) {
+			err := c.writer.Write(ctx, h.rng, func(ctx context.Context) error {
+				return c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+			})
+			if err != nil && !apierrors.IsNotFound(err) && !errors.Is(err, sharded.ErrNotHeld) {
 				return fmt.Errorf("delete launcher pod %s: %w", pod.Name, err)
 			}
 		}
@@ -271,7 +277,10 @@ func (c *Controller) fail(ctx context.Context, h held, why string) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	err = c.writer.Write(ctx, h.rng, func(ctx context.Context) error {
+		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
@@ -287,7 +296,7 @@ func (c *Controller) fail(ctx context.Context, h held, why string) error {
 func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []held) error {
 	for _, h := range vmis {
 		vmi := h.vmi
-		if !c.cfg.Fence.Holds(h.rng) || vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || !migratable(vmi) {
+		if !c.writer.Holds(h.rng) || vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || !migratable(vmi) {
 			continue
 		}
 		busy := false
@@ -305,7 +314,14 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 			},
 			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
 		}
-		created, err := c.cfg.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
+		var created *virtv1.VirtualMachineInstanceMigration
+		err := c.writer.Write(ctx, h.rng, func(ctx context.Context) (err error) {
+			created, err = c.cfg.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
+			return err
+		})
+		if errors.Is(err, sharded.ErrNotHeld) {
+			continue
+		}
 		if err != nil {
 			c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
 			return fmt.Errorf("create evacuation migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)

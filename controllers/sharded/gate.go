@@ -5,9 +5,6 @@ import (
 	"sync"
 )
 
-// Fence reports whether this replica may act on a range now.
-type Fence interface{ Holds(rng int) bool }
-
 // Gate admits syncs to the ranges this replica holds and is not handing
 // off, and counts those under way, so that a handoff can wait for them.
 type Gate struct {
@@ -33,7 +30,7 @@ func (g *Gate) Enter(rng int) bool {
 	defer g.mu.Unlock()
 	// Counted before the fence check, under the lock Release takes first:
 	// a sync admitted here is one Release waits for.
-	if g.releasing[rng] || !g.fence.Holds(rng) {
+	if g.releasing[rng] || !Holds(g.fence, rng) {
 		return false
 	}
 	g.inflight[rng]++

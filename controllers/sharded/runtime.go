@@ -2,6 +2,7 @@ package sharded
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -35,15 +36,18 @@ type Config struct {
 	Name string
 	// Ranges is the number of shard ranges.
 	Ranges int
-	Fence  Fence
+	// Fence admits syncs and writes of the ranges the replica holds.
+	Fence Fence
 	// Clock drives the queue's delays; nil means the real clock.
 	Clock clock.WithTicker
 	// Metrics receives reconcile durations; nil for none.
 	Metrics *Metrics
 }
 
-// Runtime is one sharded controller's queue, gate and workers.
+// Runtime is one sharded controller's queue, gate, workers and fenced
+// writer.
 type Runtime struct {
+	*Writer
 	cfg   Config
 	queue workqueue.TypedRateLimitingInterface[Item]
 	gate  *Gate
@@ -55,7 +59,8 @@ func New(cfg Config) *Runtime {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Runtime{
-		cfg: cfg,
+		Writer: NewWriter(cfg.Name, cfg.Fence, cfg.Metrics),
+		cfg:    cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[Item](),
 			workqueue.TypedRateLimitingQueueConfig[Item]{Name: cfg.Name, Clock: cfg.Clock}),
 		gate: NewGate(cfg.Ranges, cfg.Fence),
@@ -123,6 +128,9 @@ func next[T comparable](ctx context.Context, name string, q workqueue.TypedRateL
 	defer q.Done(it)
 	start := time.Now()
 	after, err := guarded(ctx, name, it, reconcile)
+	if errors.Is(err, ErrNotHeld) {
+		err = nil // the range moved on: its holder reconciles the item
+	}
 	m.reconciled(name, time.Since(start), err)
 	switch {
 	case err != nil:
@@ -152,10 +160,11 @@ func guarded[T comparable](ctx context.Context, name string, it T, reconcile Syn
 	return reconcile(ctx, it)
 }
 
-// Metrics are the reconcile metrics of every controller.
+// Metrics are the reconcile and fenced-write metrics of every controller.
 type Metrics struct {
 	duration *prometheus.HistogramVec
 	requeues *prometheus.CounterVec
+	fences   *prometheus.CounterVec
 }
 
 // NewMetrics creates the reconcile metrics and registers them with reg.
@@ -170,8 +179,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "virtshard_controller_requeues_total",
 			Help: "Items queued again by their reconcile, by controller and reason (error: with backoff; after: at a time the reconcile asked for).",
 		}, []string{"controller", "reason"}),
+		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "virtshard_controller_fenced_writes_total",
+			Help: "Writes the shard fence stopped, by controller and reason (not_held: not sent, the replica did not hold the range; deadline: abandoned at the fence's deadline).",
+		}, []string{"controller", "reason"}),
 	}
-	reg.MustRegister(m.duration, m.requeues)
+	reg.MustRegister(m.duration, m.requeues, m.fences)
 	return m
 }
 
@@ -189,5 +202,11 @@ func (m *Metrics) reconciled(controller string, took time.Duration, err error) {
 func (m *Metrics) requeued(controller, reason string) {
 	if m != nil {
 		m.requeues.WithLabelValues(controller, reason).Inc()
+	}
+}
+
+func (m *Metrics) fenced(controller, reason string) {
+	if m != nil {
+		m.fences.WithLabelValues(controller, reason).Inc()
 	}
 }

@@ -3,6 +3,7 @@ package sharded
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,18 +12,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// fence holds the ranges set in it.
-type fence struct{ held []atomic.Bool }
+// fence holds the ranges set in it, until deadline.
+type fence struct {
+	held     []atomic.Bool
+	deadline time.Time
+}
 
 func newFence(n int) *fence {
-	f := &fence{held: make([]atomic.Bool, n)}
+	f := &fence{held: make([]atomic.Bool, n), deadline: time.Now().Add(time.Hour)}
 	for i := range f.held {
 		f.held[i].Store(true)
 	}
 	return f
 }
 
-func (f *fence) Holds(rng int) bool { return f.held[rng].Load() }
+func (f *fence) Deadline(rng int) (time.Time, bool) { return f.deadline, f.held[rng].Load() }
 
 func TestGateAdmitsOnlyHeldRangesNotBeingReleased(t *testing.T) {
 	f := newFence(2)
@@ -156,4 +160,67 @@ func TestRuntimeRequeuesAfterTheDurationAsked(t *testing.T) {
 	})
 	r.Add(0, "ns/a")
 	waitFor(t, "the second sync asked for", func() bool { return calls.Load() == 2 })
+}
+
+func TestWriteSendsNothingForARangeNotHeld(t *testing.T) {
+	f := newFence(1)
+	f.held[0].Store(false)
+	m := NewMetrics(prometheus.NewRegistry())
+	err := NewWriter("test", f, m).Write(context.Background(), 0, func(context.Context) error {
+		t.Error("a write of a range not held was sent")
+		return nil
+	})
+	if !errors.Is(err, ErrNotHeld) {
+		t.Errorf("got %v, want ErrNotHeld", err)
+	}
+	if n := testutil.ToFloat64(m.fences.WithLabelValues("test", "not_held")); n != 1 {
+		t.Errorf("%v writes counted not_held, want 1", n)
+	}
+}
+
+func TestWriteEndsAtTheFenceDeadline(t *testing.T) {
+	f := newFence(1)
+	f.deadline = time.Now().Add(50 * time.Millisecond)
+	m := NewMetrics(prometheus.NewRegistry())
+	err := NewWriter("test", f, m).Write(context.Background(), 0, func(ctx context.Context) error {
+		if d, ok := ctx.Deadline(); !ok || !d.Equal(f.deadline) {
+			t.Errorf("the write's deadline is %v (%v), want the fence's %v", d, ok, f.deadline)
+		}
+		<-ctx.Done() // a request held back in the process, as by a dial that hangs
+		return ctx.Err()
+	})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want the write cut off at the deadline", err)
+	}
+	if n := testutil.ToFloat64(m.fences.WithLabelValues("test", "deadline")); n != 1 {
+		t.Errorf("%v writes counted deadline, want 1", n)
+	}
+}
+
+func TestWriteCancelledByItsCallerIsNoFenceMatter(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := NewWriter("test", newFence(1), m).Write(ctx, 0, func(ctx context.Context) error { return ctx.Err() })
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want the caller's cancellation", err)
+	}
+	if n := testutil.CollectAndCount(m.fences); n != 0 {
+		t.Errorf("%d fenced-write series, want none", n)
+	}
+}
+
+func TestRuntimeDropsAnItemWhoseWriteWasNotHeld(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	r := New(Config{Name: "test", Ranges: 1, Fence: newFence(1), Metrics: m})
+	var calls atomic.Int32
+	runRuntime(t, r, func(context.Context, Item) (time.Duration, error) {
+		calls.Add(1)
+		return 0, fmt.Errorf("patch: %w", ErrNotHeld) // the range went between the gate and the write
+	})
+	r.Add(0, "ns/a")
+	waitFor(t, "the reconcile", func() bool { return testutil.CollectAndCount(m.duration) == 1 })
+	if n := testutil.ToFloat64(m.requeues.WithLabelValues("test", "error")); n != 0 || calls.Load() != 1 {
+		t.Errorf("%d reconciles, %v requeued with backoff; want one, none requeued", calls.Load(), n)
+	}
 }

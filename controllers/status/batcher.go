@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/virtshard/virtshard/controllers/sharded"
 )
 
 // Mutation changes obj in place to what the controller wants. It returns
@@ -34,8 +37,9 @@ type Config[T runtime.Object] struct {
 	Fresh func(ctx context.Context, namespace, name string) (T, error)
 	// Patch sends a JSON merge patch.
 	Patch func(ctx context.Context, namespace, name string, patch []byte) (T, error)
-	// Holds is the shard fence: pending intents of a range not held are dropped.
-	Holds func(rng int) bool
+	// Writer sends every patch through the shard fence: intents of a
+	// range not held are dropped (its holder writes its own).
+	Writer *sharded.Writer
 	// Workers bounds concurrent patches.
 	Workers int
 	// OnPatched is told about every successful patch (expectations, tests).
@@ -217,7 +221,7 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 	}
 	delete(b.pending, key)
 	b.mu.Unlock()
-	if p == nil || !b.cfg.Holds(p.rng) {
+	if p == nil || !b.cfg.Writer.Holds(p.rng) {
 		return nil
 	}
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
@@ -245,12 +249,15 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 			b.nothingWritten(key, p)
 			return nil // nothing left to write
 		}
-		if !b.cfg.Holds(p.rng) {
-			return nil
-		}
 		klog.FromContext(ctx).V(5).Info("Patching", "batcher", b.cfg.Name, "key", key, "intents", len(p.mutations), "patch", string(patch))
 		var patched T
-		patched, err = b.cfg.Patch(ctx, namespace, name, patch)
+		err = b.cfg.Writer.Write(ctx, p.rng, func(ctx context.Context) (err error) {
+			patched, err = b.cfg.Patch(ctx, namespace, name, patch)
+			return err
+		})
+		if errors.Is(err, sharded.ErrNotHeld) {
+			return nil
+		}
 		if err == nil {
 			b.cfg.Metrics.observe(b.cfg.Name, len(p.mutations))
 			if b.cfg.OnPatched != nil {

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/sharded"
 )
 
 // server is an in-memory API server for one VMI: merge patches with
@@ -86,7 +88,7 @@ func (s *server) config(holds func(int) bool) Config[*virtv1.VirtualMachineInsta
 			s.patches = append(s.patches, string(patch))
 			return s.vmi.DeepCopy(), nil
 		},
-		Holds:   holds,
+		Writer:  sharded.NewWriter("test", fenceFunc(holds), nil),
 		Workers: 2,
 	}
 }
@@ -98,6 +100,11 @@ func (s *server) patchCount() int {
 }
 
 func holdAll(int) bool { return true }
+
+// fenceFunc holds the ranges it returns true for, for an hour.
+type fenceFunc func(rng int) bool
+
+func (f fenceFunc) Deadline(rng int) (time.Time, bool) { return time.Now().Add(time.Hour), f(rng) }
 
 func setPhase(phase virtv1.VirtualMachineInstancePhase) Mutation[*virtv1.VirtualMachineInstance] {
 	return func(v *virtv1.VirtualMachineInstance) bool {

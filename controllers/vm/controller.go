@@ -28,8 +28,8 @@ const DefaultMaxStartBackoff = 300 * time.Second
 type Config struct {
 	Kube     kubernetes.Interface
 	KubeVirt *kubevirt.Clientset
-	// Fence reports whether this replica may act on a range now.
-	Fence  interface{ Holds(int) bool }
+	// Fence admits syncs and writes of the ranges this replica holds.
+	Fence  sharded.Fence
 	Ranges shard.Ranges
 	// Caches are the held ranges' informers; New registers the controller.
 	Caches *caches.Ranges

@@ -26,12 +26,16 @@ const (
 func (c *Controller) writeStatus(ctx context.Context, it item, o observed, syncErr *syncError) error {
 	vm := o.vm
 	status := c.status(o, syncErr)
-	if equality.Semantic.DeepEqual(status, vm.Status) || !c.cfg.Fence.Holds(it.Range) {
+	if equality.Semantic.DeepEqual(status, vm.Status) {
 		return nil
 	}
 	update := vm.DeepCopy()
 	update.Status = status
-	updated, err := c.cfg.KubeVirt.VirtualMachines(vm.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
+	var updated *virtv1.VirtualMachine
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		updated, err = c.cfg.KubeVirt.VirtualMachines(vm.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil

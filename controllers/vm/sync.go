@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -231,13 +232,18 @@ func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 	if err != nil {
 		return err
 	}
-	if !c.cfg.Fence.Holds(it.Range) {
-		return nil
+	var created *virtv1.VirtualMachineInstance
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		c.expectations.ExpectCreations(it.Range, it.Key, 1)
+		if created, err = c.cfg.KubeVirt.VirtualMachineInstances(vm.Namespace).Create(ctx, vmi, metav1.CreateOptions{}); err != nil {
+			c.expectations.CreationObserved(it.Range, it.Key)
+		}
+		return err
+	})
+	if errors.Is(err, sharded.ErrNotHeld) {
+		return nil // not ours any more: the range's holder starts the VM
 	}
-	c.expectations.ExpectCreations(it.Range, it.Key, 1)
-	created, err := c.cfg.KubeVirt.VirtualMachineInstances(vm.Namespace).Create(ctx, vmi, metav1.CreateOptions{})
 	if err != nil {
-		c.expectations.CreationObserved(it.Range, it.Key)
 		if apierrors.IsAlreadyExists(err) {
 			return c.alreadyExists(ctx, it, vm)
 		}
@@ -273,16 +279,18 @@ func (c *Controller) alreadyExists(ctx context.Context, it item, vm *virtv1.Virt
 }
 
 func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) error {
-	if !c.cfg.Fence.Holds(it.Range) {
-		return nil
-	}
-	c.expectations.ExpectDeletions(it.Range, it.Key, vmi.UID)
-	err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Delete(ctx, vmi.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &vmi.UID},
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		c.expectations.ExpectDeletions(it.Range, it.Key, vmi.UID)
+		err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Delete(ctx, vmi.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &vmi.UID},
+		})
+		if err != nil {
+			c.expectations.DeletionObserved(it.Range, it.Key, vmi.UID)
+		}
+		return err
 	})
 	if err != nil {
-		c.expectations.DeletionObserved(it.Range, it.Key, vmi.UID)
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || errors.Is(err, sharded.ErrNotHeld) {
 			return nil // gone, or another VMI by now: the informer tells
 		}
 		c.cfg.Recorder.Eventf(vm, corev1.EventTypeWarning, "FailedDelete", "Error deleting virtual machine instance %s: %v", vmi.Name, err)
@@ -315,14 +323,15 @@ func (c *Controller) removeFinalizer(ctx context.Context, it item, vm *virtv1.Vi
 }
 
 func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.VirtualMachine, finalizers []string) error {
-	if !c.cfg.Fence.Holds(it.Range) {
-		return nil
-	}
 	patch, err := finalizerPatch(vm.ResourceVersion, finalizers)
 	if err != nil {
 		return err
 	}
-	updated, err := c.cfg.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	var updated *virtv1.VirtualMachine
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		updated, err = c.cfg.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -342,7 +351,7 @@ func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.
 func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error {
 	vmi := o.vmi
 	if vmi == nil || !(vmi.IsFinal() || vmi.DeletionTimestamp != nil) ||
-		!slices.Contains(vmi.Finalizers, virtv1.VirtualMachineControllerFinalizer) || !c.cfg.Fence.Holds(it.Range) {
+		!slices.Contains(vmi.Finalizers, virtv1.VirtualMachineControllerFinalizer) {
 		return nil
 	}
 	patch, err := finalizerPatch(vmi.ResourceVersion, slices.DeleteFunc(slices.Clone(vmi.Finalizers), func(f string) bool {
@@ -351,7 +360,10 @@ func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error 
 	if err != nil {
 		return err
 	}
-	_, err = c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("release VMI %s: %w", it.Key, err)
 	}

@@ -48,8 +48,8 @@ type Config struct {
 	Metadata metadata.Interface
 	// Dynamic reads CDI DataVolumes, when the cluster has them.
 	Dynamic dynamic.Interface
-	// Fence reports whether this replica may act on a range now.
-	Fence interface{ Holds(int) bool }
+	// Fence admits syncs and writes of the ranges this replica holds.
+	Fence sharded.Fence
 	// Namespace restricts the controller to one namespace; "" watches all.
 	Namespace string
 	Ranges    shard.Ranges
@@ -122,7 +122,7 @@ func New(cfg Config) (*Controller, error) {
 	c.batcher = status.New(status.Config[*virtv1.VirtualMachineInstance]{
 		Name:    "vmi",
 		Workers: cfg.StatusWorkers,
-		Holds:   cfg.Fence.Holds,
+		Writer:  c.rt.Writer,
 		Metrics: cfg.StatusMetrics,
 		Cached: func(rng int, namespace, name string) (*virtv1.VirtualMachineInstance, error) {
 			return c.cachedVMI(rng, namespace+"/"+name)

@@ -17,6 +17,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/expectations"
+	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/template"
 )
 
@@ -123,11 +124,13 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 			continue
 		}
 		found = true
-		if !c.cfg.Fence.Holds(it.Range) {
-			return true, nil
-		}
-		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, c.cfg.Options.RangeLabel, want)
-		if _, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		// The pod as listed, or nothing: a conflict retries the VMI.
+		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"labels":{%q:%q}}}`, pod.UID, pod.ResourceVersion, c.cfg.Options.RangeLabel, want)
+		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+			_, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			return err
+		})
+		if err != nil {
 			return true, fmt.Errorf("restore the range label of %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonRangeLabelRestored,
@@ -239,12 +242,15 @@ func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi
 		c.blocked(it, cached, corev1.EventTypeWarning, ReasonFailedCreate, message)
 		return nil, errors.New(message)
 	}
-	if !c.cfg.Fence.Holds(it.Range) {
-		return nil, nil
-	}
-	c.expectations.ExpectCreations(it.Range, it.Key, 1)
-	created, err := c.cfg.Kube.CoreV1().Pods(vmi.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	var created *corev1.Pod
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		c.expectations.ExpectCreations(it.Range, it.Key, 1)
+		created, err = c.cfg.Kube.CoreV1().Pods(vmi.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
 	switch {
+	case errors.Is(err, sharded.ErrNotHeld):
+		return nil, nil
 	case apierrors.IsAlreadyExists(err):
 		// The deterministic name makes a second pod impossible: ours
 		// exists already (a previous owner's, or our own not yet seen).
@@ -318,7 +324,7 @@ func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.Virt
 		c.gatesSent.Delete(pod.UID) // in step: our patch, if any, is in the cache
 		return nil
 	}
-	if sent, ok := c.gatesSent.Load(pod.UID); (ok && sent.(bool) != paused) || !c.cfg.Fence.Holds(it.Range) {
+	if sent, ok := c.gatesSent.Load(pod.UID); ok && sent.(bool) != paused {
 		return nil // our patch is on its way to the cache
 	}
 	status, reason, message := corev1.ConditionTrue, "NotPaused", "the virtual machine is not paused"
@@ -336,8 +342,11 @@ func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.Virt
 	if err != nil {
 		return err
 	}
-	_, err = c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || errors.Is(err, sharded.ErrNotHeld) {
 		return nil // gone or replaced: its event requeues the VMI
 	}
 	if err != nil {
@@ -377,18 +386,19 @@ func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.Virt
 // whether it deleted the pod: not when the range is no longer held, nor
 // when the pod was gone already (its delete event may have come and gone).
 func (c *Controller) deletePod(ctx context.Context, it item, pod *corev1.Pod, grace *int64) (bool, error) {
-	if !c.cfg.Fence.Holds(it.Range) {
-		return false, nil
-	}
-	c.expectations.ExpectDeletions(it.Range, it.Key, pod.UID)
-	err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		GracePeriodSeconds: grace,
-		Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+	sent := false
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		sent = true
+		c.expectations.ExpectDeletions(it.Range, it.Key, pod.UID)
+		return c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: grace,
+			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+		})
 	})
-	if err != nil {
+	if err != nil && sent {
 		c.expectations.DeletionObserved(it.Range, it.Key, pod.UID)
 	}
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) || errors.Is(err, sharded.ErrNotHeld) {
 		return false, nil
 	}
 	return err == nil, err

@@ -82,7 +82,6 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	shardMetrics := shard.NewMetrics(registry)
 
-	var manager *shard.Manager
 	tmpl := template.DefaultOptions()
 	tmpl.LauncherImage = o.LauncherImage
 	tmpl.SidecarShimImage = o.SidecarShimImage
@@ -105,9 +104,32 @@ func (o *Options) Run(ctx context.Context) error {
 	reconcileMetrics := sharded.NewMetrics(registry)
 	cachesConfig := caches.Config{Kube: kube, KubeVirt: kv, Namespace: o.Watch, Ranges: ranges, Metrics: shardMetrics}
 	rangeCaches, clusterCaches := caches.NewRanges(cachesConfig), caches.NewCluster(cachesConfig)
+	// The manager is the controllers' fence; they register with the
+	// range caches it hands ranges to before it runs.
+	// Without warm caches the manager sees a plain Handler, no Preparer.
+	var handler shard.Handler = rangeCaches
+	if !o.WarmCaches {
+		handler = struct{ shard.Handler }{rangeCaches}
+	}
+	manager, err := shard.NewManager(shard.Config{
+		Client:        kube,
+		Namespace:     o.Namespace,
+		Name:          o.Name,
+		Identity:      o.Identity,
+		Ranges:        ranges,
+		LeaseDuration: o.LeaseDuration,
+		RenewDeadline: o.RenewDeadline,
+		RetryPeriod:   o.RetryPeriod,
+		SuspectAfter:  o.SuspectAfter,
+		Handler:       handler,
+		Metrics:       shardMetrics,
+	})
+	if err != nil {
+		return err
+	}
 	controller, err := vmi.New(vmi.Config{
 		Kube: kube, KubeVirt: kv, Metadata: meta, Dynamic: dyn,
-		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
+		Fence:            manager,
 		Namespace:        o.Watch,
 		Ranges:           ranges,
 		Caches:           rangeCaches,
@@ -132,7 +154,7 @@ func (o *Options) Run(ctx context.Context) error {
 	vmi.RegisterGauges(registry, controller)
 	vmController, err := vm.New(vm.Config{
 		Kube: kube, KubeVirt: kv,
-		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
+		Fence:            manager,
 		Ranges:           ranges,
 		Caches:           rangeCaches,
 		MaxStartBackoff:  o.MaxStartBackoff,
@@ -144,7 +166,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	migrationController, err := migration.New(migration.Config{
 		Kube: kube, KubeVirt: kv,
-		Fence:                fence(func(i int) bool { return manager.Holds(i) }),
+		Fence:                manager,
 		Ranges:               ranges,
 		Caches:               rangeCaches,
 		Cluster:              clusterCaches,
@@ -164,7 +186,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	nodeController, err := node.New(node.Config{
 		Kube: kube, KubeVirt: kv,
-		Fence:            fence(func(i int) bool { return manager.Holds(i) }),
+		Fence:            manager,
 		Ranges:           ranges,
 		Caches:           rangeCaches,
 		Cluster:          clusterCaches,
@@ -173,27 +195,6 @@ func (o *Options) Run(ctx context.Context) error {
 		ClusterConfig:    clusterConfig,
 		Recorder:         recorder,
 		ReconcileMetrics: reconcileMetrics,
-	})
-	if err != nil {
-		return err
-	}
-	// Without warm caches the manager sees a plain Handler, no Preparer.
-	var handler shard.Handler = rangeCaches
-	if !o.WarmCaches {
-		handler = struct{ shard.Handler }{rangeCaches}
-	}
-	manager, err = shard.NewManager(shard.Config{
-		Client:        kube,
-		Namespace:     o.Namespace,
-		Name:          o.Name,
-		Identity:      o.Identity,
-		Ranges:        ranges,
-		LeaseDuration: o.LeaseDuration,
-		RenewDeadline: o.RenewDeadline,
-		RetryPeriod:   o.RetryPeriod,
-		SuspectAfter:  o.SuspectAfter,
-		Handler:       handler,
-		Metrics:       shardMetrics,
 	})
 	if err != nil {
 		return err
@@ -273,10 +274,6 @@ func (o *Options) Run(ctx context.Context) error {
 	logger.Info("Replica stopped")
 	return errors.Join(err, errors.Join(runErrs...), configErr)
 }
-
-type fence func(int) bool
-
-func (f fence) Holds(i int) bool { return f(i) }
 
 func (o *Options) restConfig() (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
