@@ -147,18 +147,11 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // pods, and queue the migrations of its VMIs.
 func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
 	c.rt.Acquired(r.Index)
-	if err := r.VMIs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.vmiChanged(r.Index, obj) },
-		UpdateFunc: func(_, obj any) { c.vmiChanged(r.Index, obj) },
-		DeleteFunc: func(obj any) { c.vmiChanged(r.Index, obj) },
-	}); err != nil {
+	// A VMI's events queue its migrations; a target pod's, its migration.
+	if err := r.VMIs.AddEventHandler(sharded.Handler(c.rt, r.Index, sharded.Events[*virtv1.VirtualMachineInstance]{Keys: c.migrationsOf})); err != nil {
 		return err
 	}
-	_, err := r.Pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.podChanged(r.Index, obj) },
-		UpdateFunc: func(_, obj any) { c.podChanged(r.Index, obj) },
-		DeleteFunc: func(obj any) { c.podChanged(r.Index, obj) },
-	})
+	_, err := r.Pods.AddEventHandler(sharded.Handler(c.rt, r.Index, sharded.Events[*corev1.Pod]{Keys: migrationOf}))
 	for _, obj := range c.cfg.Cluster.Migrations.GetStore().List() {
 		if m := obj.(*virtv1.VirtualMachineInstanceMigration); c.cfg.Ranges.Of(m) == r.Index {
 			c.migrationChanged(m) // a VMI that is nowhere: its own range's
@@ -227,24 +220,21 @@ func (c *Controller) vmiRange(vmiKey string) (int, bool) {
 	return 0, false
 }
 
-func (c *Controller) vmiChanged(rng int, obj any) {
-	vmi, ok := unwrap(obj).(*virtv1.VirtualMachineInstance)
-	if !ok {
-		return
-	}
+// migrationsOf are the keys of the VMI's migrations.
+func (c *Controller) migrationsOf(vmi *virtv1.VirtualMachineInstance) []string {
+	var keys []string
 	for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
-		c.rt.Add(rng, m.Namespace+"/"+m.Name)
+		keys = append(keys, m.Namespace+"/"+m.Name)
 	}
+	return keys
 }
 
-func (c *Controller) podChanged(rng int, obj any) {
-	pod, ok := unwrap(obj).(*corev1.Pod)
-	if !ok {
-		return
-	}
+// migrationOf is the key of the migration a target pod is for.
+func migrationOf(pod *corev1.Pod) []string {
 	if name := pod.Annotations[virtv1.MigrationJobNameAnnotation]; name != "" {
-		c.rt.Add(rng, pod.Namespace+"/"+name)
+		return []string{pod.Namespace + "/" + name}
 	}
+	return nil
 }
 
 var _ caches.Consumer = (*Controller)(nil)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -19,6 +18,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/patch"
 )
 
 // Finalizer keeps a migration until its permit is given back and its
@@ -154,10 +154,8 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			if reason, message := c.refuse(s); reason != "" {
 				return 0, c.failAndFinish(ctx, it, s, reason, message)
 			}
-			if !slices.Contains(m.Finalizers, Finalizer) {
-				if err := c.addFinalizer(ctx, it, m); err != nil {
-					return 0, err
-				}
+			if err := c.patchFinalizers(ctx, it, m, patch.AddFinalizer(m, Finalizer)); err != nil {
+				return 0, err
 			}
 			m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{SourceNode: vmi.Status.NodeName, MigrationUID: m.UID}
 			next = virtv1.MigrationPending
@@ -473,10 +471,7 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 			return err
 		}
 	}
-	if slices.Contains(m.Finalizers, Finalizer) {
-		return c.patchFinalizers(ctx, it, m, slices.DeleteFunc(slices.Clone(m.Finalizers), func(f string) bool { return f == Finalizer }))
-	}
-	return nil
+	return c.patchFinalizers(ctx, it, m, patch.RemoveFinalizer(m, Finalizer))
 }
 
 // markSourcePod marks the launcher pod the VMI left: the one named at the
@@ -535,21 +530,14 @@ func (c *Controller) collectGarbage(ctx context.Context, it item, vmi *virtv1.Vi
 	return nil
 }
 
-func (c *Controller) addFinalizer(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
-	return c.patchFinalizers(ctx, it, m, append(slices.Clone(m.Finalizers), Finalizer))
-}
-
-func (c *Controller) patchFinalizers(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, finalizers []string) error {
+// patchFinalizers sends a finalizer patch of m (none when nil).
+func (c *Controller) patchFinalizers(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, finalizers []byte) error {
 	if finalizers == nil {
-		finalizers = []string{}
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": m.ResourceVersion, "finalizers": finalizers}})
-	if err != nil {
-		return err
+		return nil
 	}
 	var updated *virtv1.VirtualMachineInstanceMigration
-	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		updated, err = c.cfg.KubeVirt.Migrations(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		updated, err = c.cfg.KubeVirt.Migrations(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, finalizers, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil {

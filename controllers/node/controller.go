@@ -13,7 +13,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -33,7 +32,9 @@ import (
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -261,24 +262,22 @@ func (c *Controller) failAll(ctx context.Context, node string, vmis []held, why 
 	return nil
 }
 
-// fail moves a VMI to Failed, as the VMI controller's own failures do,
-// with the cached resourceVersion as a precondition.
+// fail moves a VMI to Failed with the reason NodeUnresponsive, as
+// KubeVirt's node controller does, with the cached resourceVersion as a
+// precondition.
 func (c *Controller) fail(ctx context.Context, h held, why string) error {
 	vmi := h.vmi
-	timestamps := append(vmi.Status.PhaseTransitionTimestamps, virtv1.VirtualMachineInstancePhaseTransitionTimestamp{
-		Phase: virtv1.Failed, PhaseTransitionTimestamp: metav1.Now(),
-	})
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": vmi.ResourceVersion},
-		"status": map[string]any{
-			"phase": virtv1.Failed, "reason": ReasonNodeUnresponsive, "phaseTransitionTimestamps": timestamps,
-		},
-	})
+	failed := vmi.DeepCopy()
+	if !vmistatus.Fail(failed, metav1.Now()) {
+		return nil
+	}
+	failed.Status.Reason = ReasonNodeUnresponsive
+	body, err := patch.Merge(vmi, failed)
 	if err != nil {
 		return err
 	}
 	err = c.writer.Write(ctx, h.rng, func(ctx context.Context) error {
-		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, body, metav1.PatchOptions{})
 		return err
 	})
 	switch {

@@ -2,14 +2,11 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +15,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
 )
 
@@ -327,36 +325,7 @@ func mergePatch[T runtime.Object](obj T, mutations []Mutation[T]) ([]byte, error
 	if !changed {
 		return nil, nil
 	}
-	before, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
-	after, err := json.Marshal(modified)
-	if err != nil {
-		return nil, err
-	}
-	patch, err := jsonpatch.CreateMergePatch(before, after)
-	if err != nil {
-		return nil, fmt.Errorf("create merge patch: %w", err)
-	}
-	if string(patch) == "{}" {
-		return nil, nil
-	}
-	accessor, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, err
-	}
-	var fields map[string]any
-	if err := json.Unmarshal(patch, &fields); err != nil {
-		return nil, err
-	}
-	metadata, _ := fields["metadata"].(map[string]any)
-	if metadata == nil {
-		metadata = map[string]any{}
-	}
-	metadata["resourceVersion"] = accessor.GetResourceVersion()
-	fields["metadata"] = metadata
-	return json.Marshal(fields)
+	return patch.Merge(obj, modified)
 }
 
 // Metrics of batchers.

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -112,70 +111,26 @@ func (c *Controller) wrote(rng int, vm *virtv1.VirtualMachine) {
 }
 
 func (c *Controller) vmHandler(rng int) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueue(rng, obj) },
-		UpdateFunc: func(oldObj, newObj any) {
-			if oldObj.(*virtv1.VirtualMachine).ResourceVersion != newObj.(*virtv1.VirtualMachine).ResourceVersion {
-				c.enqueue(rng, newObj)
-			}
-		},
-		DeleteFunc: func(obj any) { c.enqueue(rng, obj) },
-	}
+	return sharded.Handler(c.rt, rng, sharded.Events[*virtv1.VirtualMachine]{Keys: sharded.ItsOwnKey[*virtv1.VirtualMachine]})
 }
 
 // vmiHandler maps VMIs that a VM controls to their VM and feeds the
 // expectations.
 func (c *Controller) vmiHandler(rng int) cache.ResourceEventHandler {
-	owner := func(obj any) (*virtv1.VirtualMachineInstance, string, bool) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		vmi, ok := obj.(*virtv1.VirtualMachineInstance)
-		if !ok {
-			return nil, "", false
-		}
-		ref := metav1.GetControllerOf(vmi)
-		if ref == nil || ref.Kind != virtv1.VirtualMachineGroupVersionKind.Kind {
-			return nil, "", false
-		}
-		return vmi, vmi.Namespace + "/" + ref.Name, true
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if _, key, ok := owner(obj); ok {
-				c.expectations.CreationObserved(rng, key)
-				c.rt.Add(rng, key)
+	return sharded.Handler(c.rt, rng, sharded.Events[*virtv1.VirtualMachineInstance]{
+		Keys:  sharded.ControllerKey[*virtv1.VirtualMachineInstance](virtv1.VirtualMachineGroupVersionKind.Kind),
+		Added: func(rng int, key string, _ *virtv1.VirtualMachineInstance) { c.expectations.CreationObserved(rng, key) },
+		Updated: func(rng int, key string, old, cur *virtv1.VirtualMachineInstance) {
+			// A VMI marked for deletion is as good as deleted for the VM,
+			// as in KubeVirt.
+			if old.DeletionTimestamp == nil && cur.DeletionTimestamp != nil {
+				c.expectations.DeletionObserved(rng, key, cur.UID)
 			}
 		},
-		UpdateFunc: func(oldObj, newObj any) {
-			old, cur := oldObj.(*virtv1.VirtualMachineInstance), newObj.(*virtv1.VirtualMachineInstance)
-			if old.ResourceVersion == cur.ResourceVersion {
-				return
-			}
-			if vmi, key, ok := owner(newObj); ok {
-				// A VMI marked for deletion is as good as deleted for
-				// the VM, as in KubeVirt.
-				if old.DeletionTimestamp == nil && vmi.DeletionTimestamp != nil {
-					c.expectations.DeletionObserved(rng, key, vmi.UID)
-				}
-				c.rt.Add(rng, key)
-			}
+		Deleted: func(rng int, key string, vmi *virtv1.VirtualMachineInstance) {
+			c.expectations.DeletionObserved(rng, key, vmi.UID)
 		},
-		DeleteFunc: func(obj any) {
-			if vmi, key, ok := owner(obj); ok {
-				c.expectations.DeletionObserved(rng, key, vmi.UID)
-				c.rt.Add(rng, key)
-			}
-		},
-	}
-}
-
-func (c *Controller) enqueue(rng int, obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		return
-	}
-	c.rt.Add(rng, key)
+	})
 }
 
 var _ caches.Consumer = (*Controller)(nil)

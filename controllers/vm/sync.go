@@ -2,7 +2,6 @@ package vm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -127,14 +127,12 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 		case alive:
 			return 0, c.deleteVMI(ctx, it, vm, vmi)
 		case vmi == nil:
-			return 0, c.removeFinalizer(ctx, it, vm)
+			return 0, c.patchVMFinalizers(ctx, it, vm, patch.RemoveFinalizer(vm, virtv1.VirtualMachineControllerFinalizer))
 		}
 		return 0, nil // the VMI is going away
 	}
-	if !slices.Contains(vm.Finalizers, virtv1.VirtualMachineControllerFinalizer) {
-		if err := c.addFinalizer(ctx, it, vm); err != nil {
-			return 0, err
-		}
+	if err := c.patchVMFinalizers(ctx, it, vm, patch.AddFinalizer(vm, virtv1.VirtualMachineControllerFinalizer)); err != nil {
+		return 0, err
 	}
 	start, stop := c.requests(o)
 	switch o.strategy {
@@ -301,35 +299,14 @@ func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 	return nil
 }
 
-// finalizerPatch sets the finalizers of an object at resourceVersion rv.
-func finalizerPatch(rv string, finalizers []string) ([]byte, error) {
+// patchVMFinalizers sends a finalizer patch of vm (none when nil).
+func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.VirtualMachine, finalizers []byte) error {
 	if finalizers == nil {
-		finalizers = []string{}
-	}
-	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": rv, "finalizers": finalizers}})
-}
-
-func (c *Controller) addFinalizer(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
-	return c.patchVMFinalizers(ctx, it, vm, append(slices.Clone(vm.Finalizers), virtv1.VirtualMachineControllerFinalizer))
-}
-
-func (c *Controller) removeFinalizer(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
-	if !slices.Contains(vm.Finalizers, virtv1.VirtualMachineControllerFinalizer) {
 		return nil
 	}
-	return c.patchVMFinalizers(ctx, it, vm, slices.DeleteFunc(slices.Clone(vm.Finalizers), func(f string) bool {
-		return f == virtv1.VirtualMachineControllerFinalizer
-	}))
-}
-
-func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.VirtualMachine, finalizers []string) error {
-	patch, err := finalizerPatch(vm.ResourceVersion, finalizers)
-	if err != nil {
-		return err
-	}
 	var updated *virtv1.VirtualMachine
-	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		updated, err = c.cfg.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		updated, err = c.cfg.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, finalizers, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil {
@@ -350,18 +327,15 @@ func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.
 // ended (a start failure counts towards the backoff).
 func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error {
 	vmi := o.vmi
-	if vmi == nil || !(vmi.IsFinal() || vmi.DeletionTimestamp != nil) ||
-		!slices.Contains(vmi.Finalizers, virtv1.VirtualMachineControllerFinalizer) {
+	if vmi == nil || !(vmi.IsFinal() || vmi.DeletionTimestamp != nil) {
 		return nil
 	}
-	patch, err := finalizerPatch(vmi.ResourceVersion, slices.DeleteFunc(slices.Clone(vmi.Finalizers), func(f string) bool {
-		return f == virtv1.VirtualMachineControllerFinalizer
-	}))
-	if err != nil {
-		return err
+	release := patch.RemoveFinalizer(vmi, virtv1.VirtualMachineControllerFinalizer)
+	if release == nil {
+		return nil
 	}
-	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, release, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -297,76 +297,33 @@ func (c *Controller) busy() bool {
 	return c.batcher.Depth()+c.rt.Len() >= c.cfg.BusyDepth
 }
 
-// vmiHandler enqueues VMIs of range rng and observes their phase changes.
+// vmiHandler queues VMIs of range rng and observes their phase changes.
+// A VMI leaving the filtered watch is "not ours any more", which arrives as
+// a delete: the reconcile finds it gone and forgets it.
 func (c *Controller) vmiHandler(rng int) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueue(rng, obj) },
-		UpdateFunc: func(oldObj, newObj any) {
-			old, cur := oldObj.(*virtv1.VirtualMachineInstance), newObj.(*virtv1.VirtualMachineInstance)
-			if old.ResourceVersion == cur.ResourceVersion {
-				return // a resync
-			}
+	return sharded.Handler(c.rt, rng, sharded.Events[*virtv1.VirtualMachineInstance]{
+		Keys: sharded.ItsOwnKey[*virtv1.VirtualMachineInstance],
+		Updated: func(_ int, _ string, old, cur *virtv1.VirtualMachineInstance) {
 			if old.Status.Phase != cur.Status.Phase && cur.Status.Phase != "" {
 				c.cfg.Metrics.phase(string(cur.Status.Phase), time.Since(cur.CreationTimestamp.Time))
 			}
-			c.enqueue(rng, newObj)
 		},
-		// A VMI leaving the filtered watch is "not ours any more", which
-		// arrives as a delete: the reconcile finds it gone and forgets it.
-		DeleteFunc: func(obj any) { c.enqueue(rng, obj) },
-	}
+	})
 }
 
 // podHandler maps launcher pods of range rng to their VMIs and feeds the
 // expectations.
 func (c *Controller) podHandler(rng int) cache.ResourceEventHandler {
-	owner := func(obj any) (*corev1.Pod, string, bool) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return nil, "", false
-		}
-		ref := metav1.GetControllerOf(pod)
-		if ref == nil || ref.Kind != virtv1.VirtualMachineInstanceGroupVersionKind.Kind {
-			return nil, "", false
-		}
-		return pod, pod.Namespace + "/" + ref.Name, true
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if pod, key, ok := owner(obj); ok {
-				// A migration's target pod is the migration controller's.
-				if _, target := pod.Labels[virtv1.MigrationJobLabel]; !target {
-					c.expectations.CreationObserved(rng, key)
-				}
-				c.rt.Add(rng, key)
+	return sharded.Handler(c.rt, rng, sharded.Events[*corev1.Pod]{
+		Keys: sharded.ControllerKey[*corev1.Pod](virtv1.VirtualMachineInstanceGroupVersionKind.Kind),
+		Added: func(rng int, key string, pod *corev1.Pod) {
+			// A migration's target pod is the migration controller's.
+			if _, target := pod.Labels[virtv1.MigrationJobLabel]; !target {
+				c.expectations.CreationObserved(rng, key)
 			}
 		},
-		UpdateFunc: func(oldObj, newObj any) {
-			if oldObj.(*corev1.Pod).ResourceVersion == newObj.(*corev1.Pod).ResourceVersion {
-				return
-			}
-			if _, key, ok := owner(newObj); ok {
-				c.rt.Add(rng, key)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if pod, key, ok := owner(obj); ok {
-				c.expectations.DeletionObserved(rng, key, pod.UID)
-				c.rt.Add(rng, key)
-			}
-		},
-	}
-}
-
-func (c *Controller) enqueue(rng int, obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		return
-	}
-	c.rt.Add(rng, key)
+		Deleted: func(rng int, key string, pod *corev1.Pod) { c.expectations.DeletionObserved(rng, key, pod.UID) },
+	})
 }
 
 // startDataVolumes starts a cluster-wide cache of DataVolume states if the
@@ -432,8 +389,8 @@ func (c *Controller) claimChanged(claim string) {
 			continue
 		}
 		waiting, _ := r.VMIs.ByIndex(byClaim, claim)
-		for _, v := range waiting {
-			c.enqueue(i, v)
+		for _, vmi := range waiting {
+			c.rt.Add(i, vmi.Namespace+"/"+vmi.Name)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // The status intents of the controller. Each is written against whatever
@@ -31,8 +32,8 @@ func toScheduling(l launcher, at metav1.Time) mutation {
 			return false
 		}
 		ensureFinalizer(v)
-		recordPhase(v, virtv1.Pending, v.CreationTimestamp)
-		recordPhase(v, virtv1.Scheduling, at)
+		vmistatus.RecordPhase(v, virtv1.Pending, v.CreationTimestamp)
+		vmistatus.RecordPhase(v, virtv1.Scheduling, at)
 		v.Status.Phase = virtv1.Scheduling
 		l.fromPod(v)
 		notReady(v, virtv1.GuestNotRunningReason, msgGuestNotRunning, at)
@@ -57,9 +58,9 @@ func toScheduled(l launcher, at metav1.Time) mutation {
 		}
 		pod := l.pod
 		ensureFinalizer(v)
-		recordPhase(v, virtv1.Pending, v.CreationTimestamp)
-		recordPhase(v, virtv1.Scheduling, pod.CreationTimestamp)
-		recordPhase(v, virtv1.Scheduled, at)
+		vmistatus.RecordPhase(v, virtv1.Pending, v.CreationTimestamp)
+		vmistatus.RecordPhase(v, virtv1.Scheduling, pod.CreationTimestamp)
+		vmistatus.RecordPhase(v, virtv1.Scheduled, at)
 		v.Status.Phase = virtv1.Scheduled
 		l.fromPod(v)
 		readyFromPod(v, pod, at)
@@ -145,7 +146,7 @@ func pendingWithoutPod(v *virtv1.VirtualMachineInstance, at metav1.Time) (before
 	before = v.Status.DeepCopy()
 	if v.Status.Phase == "" {
 		v.Status.Phase = virtv1.Pending
-		recordPhase(v, virtv1.Pending, v.CreationTimestamp)
+		vmistatus.RecordPhase(v, virtv1.Pending, v.CreationTimestamp)
 	}
 	notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)
 	return before, true
@@ -181,7 +182,7 @@ func waitForDataVolumes(dvs []dataVolume, pods []*corev1.Pod, temp *corev1.Pod, 
 			}
 		}
 		if failed {
-			recordPhase(v, virtv1.Failed, at)
+			vmistatus.RecordPhase(v, virtv1.Failed, at)
 			v.Status.Phase = virtv1.Failed
 		}
 		return !equality.Semantic.DeepEqual(before, &v.Status)
@@ -202,11 +203,9 @@ func computeFailed(pod *corev1.Pod) bool {
 // toFailed: the launcher pod is gone or failed after Pending.
 func toFailed(reason, message string, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
-		if v.IsFinal() {
+		if !vmistatus.Fail(v, at) {
 			return false
 		}
-		recordPhase(v, virtv1.Failed, at)
-		v.Status.Phase = virtv1.Failed
 		setCondition(v, virtv1.VirtualMachineInstanceCondition{
 			Type:               virtv1.VirtualMachineInstanceSynchronized,
 			Status:             corev1.ConditionFalse,
@@ -232,17 +231,6 @@ func ensureFinalizer(v *virtv1.VirtualMachineInstance) {
 	if !slices.Contains(v.Finalizers, virtv1.VirtualMachineInstanceFinalizer) {
 		v.Finalizers = append(v.Finalizers, virtv1.VirtualMachineInstanceFinalizer)
 	}
-}
-
-// recordPhase appends a phase transition timestamp unless phase has one.
-func recordPhase(v *virtv1.VirtualMachineInstance, phase virtv1.VirtualMachineInstancePhase, at metav1.Time) {
-	for _, t := range v.Status.PhaseTransitionTimestamps {
-		if t.Phase == phase {
-			return
-		}
-	}
-	v.Status.PhaseTransitionTimestamps = append(v.Status.PhaseTransitionTimestamps,
-		virtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: at})
 }
 
 func condition(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) *virtv1.VirtualMachineInstanceCondition {
