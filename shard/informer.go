@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/watchlist"
 )
 
 // Selection is how a sharded informer picks the objects of some ranges.
@@ -111,15 +112,21 @@ func addLabelSelector(opts *metav1.ListOptions, selector string) {
 // server without the ShardedListAndWatch feature ignores the selector, and a
 // custom resource's list never echoes ListMeta.ShardInfo.
 func ShardedListWatch(lw cache.ListerWatcher, sel Selection, resource string, metrics *Metrics) cache.ListerWatcher {
-	return &guardedListWatch{inner: cache.ToListerWatcherWithContext(lw), sel: sel, resource: resource, metrics: metrics}
+	return &guardedListWatch{inner: cache.ToListerWatcherWithContext(lw), noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(lw),
+		sel: sel, resource: resource, metrics: metrics}
 }
 
 type guardedListWatch struct {
-	inner    cache.ListerWatcherWithContext
-	sel      Selection
-	resource string
-	metrics  *Metrics
+	inner cache.ListerWatcherWithContext
+	// noWatchList passes on that lw's client cannot stream a list as a
+	// watch (a fake clientset), so the reflector lists instead.
+	noWatchList bool
+	sel         Selection
+	resource    string
+	metrics     *Metrics
 }
+
+func (g *guardedListWatch) IsWatchListSemanticsUnSupported() bool { return g.noWatchList }
 
 func (g *guardedListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
 	return g.ListWithContext(context.Background(), opts)

@@ -1,11 +1,15 @@
 package kubevirt
 
 import (
+	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -27,14 +31,39 @@ func init() {
 	utilruntime.Must(virtv1.AddToScheme(Scheme))
 }
 
+// Client is the typed client of one namespace's objects of a kubevirt.io/v1
+// resource, T, listed as L. The Clientset's clients and the fake's
+// (package fake) both implement it.
+type Client[T runtime.Object, L runtime.Object] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	UpdateStatus(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+	DeleteCollection(ctx context.Context, opts metav1.DeleteOptions, listOpts metav1.ListOptions) error
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+}
+
 // VirtualMachineInstanceInterface is the typed client of one namespace's VMIs.
-type VirtualMachineInstanceInterface = *gentype.ClientWithList[*virtv1.VirtualMachineInstance, *virtv1.VirtualMachineInstanceList]
+type VirtualMachineInstanceInterface = Client[*virtv1.VirtualMachineInstance, *virtv1.VirtualMachineInstanceList]
 
 // VirtualMachineInterface is the typed client of one namespace's VMs.
-type VirtualMachineInterface = *gentype.ClientWithList[*virtv1.VirtualMachine, *virtv1.VirtualMachineList]
+type VirtualMachineInterface = Client[*virtv1.VirtualMachine, *virtv1.VirtualMachineList]
 
 // MigrationInterface is the typed client of one namespace's VMI migrations.
-type MigrationInterface = *gentype.ClientWithList[*virtv1.VirtualMachineInstanceMigration, *virtv1.VirtualMachineInstanceMigrationList]
+type MigrationInterface = Client[*virtv1.VirtualMachineInstanceMigration, *virtv1.VirtualMachineInstanceMigrationList]
+
+// Interface gives typed clients for the kubevirt.io/v1 resources the
+// controllers use.
+type Interface interface {
+	VirtualMachineInstances(namespace string) VirtualMachineInstanceInterface
+	VirtualMachines(namespace string) VirtualMachineInterface
+	Migrations(namespace string) MigrationInterface
+}
+
+var _ Interface = (*Clientset)(nil)
 
 // Clientset gives typed clients for the kubevirt.io/v1 resources.
 type Clientset struct {

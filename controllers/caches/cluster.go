@@ -18,10 +18,6 @@ import (
 // ByVMIName indexes migrations by the namespace/name of their VMI.
 const ByVMIName = "vmiName"
 
-// ByVMIUID is the index of launcher pods by their VMI's UID, which the VMI
-// controller registers on the range caches.
-const ByVMIUID = "vmiUID"
-
 // Cluster holds the cluster-wide caches every replica keeps whole because
 // they are few and small: migrations (a replica acts only on those of VMIs
 // it holds) and nodes (cluster-scoped; a replica acts only on its own VMIs
@@ -34,14 +30,14 @@ type Cluster struct {
 // NewCluster returns the cluster-wide caches; Run starts them.
 func NewCluster(cfg Config) *Cluster {
 	kv, ns := cfg.KubeVirt, cfg.Namespace
-	migrations := cache.NewSharedIndexInformer(&cache.ListWatch{
+	migrations := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return kv.Migrations(ns).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return kv.Migrations(ns).Watch(ctx, o)
 		},
-	}, &virtv1.VirtualMachineInstanceMigration{}, 0, cache.Indexers{ByVMIName: func(obj any) ([]string, error) {
+	}, kv), &virtv1.VirtualMachineInstanceMigration{}, 0, cache.Indexers{ByVMIName: func(obj any) ([]string, error) {
 		m := obj.(*virtv1.VirtualMachineInstanceMigration)
 		return []string{m.Namespace + "/" + m.Spec.VMIName}, nil
 	}})

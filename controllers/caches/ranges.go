@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -24,7 +23,7 @@ import (
 // Config wires the range caches.
 type Config struct {
 	Kube     kubernetes.Interface
-	KubeVirt *kubevirt.Clientset
+	KubeVirt kubevirt.Interface
 	// Namespace restricts the caches to one namespace; "" watches all.
 	Namespace string
 	Ranges    shard.Ranges
@@ -81,7 +80,7 @@ func NewRanges(cfg Config) *Ranges {
 		held:        make([]atomic.Pointer[Range], cfg.Ranges.Count()),
 		prepared:    make([]atomic.Pointer[Range], cfg.Ranges.Count()),
 		vmiIndexers: cache.Indexers{},
-		podIndexers: cache.Indexers{},
+		podIndexers: cache.Indexers{byVMIUID: podVMIUID},
 		vmIndexers:  cache.Indexers{},
 	}
 }
@@ -102,6 +101,25 @@ func (c *Ranges) Register(consumer Consumer, vmis, pods, vms cache.Indexers) err
 	}
 	c.consumers = append(c.consumers, consumer)
 	return nil
+}
+
+// byVMIUID indexes launcher pods (and migration target pods) by the UID of
+// the VMI that created them, for Range.PodsOf.
+const byVMIUID = "vmiUID"
+
+func podVMIUID(obj any) ([]string, error) {
+	return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
+}
+
+// PodsOf returns the cached pods vmi created: its launcher pods and its
+// migrations' target pods (read only).
+func (r *Range) PodsOf(vmi *virtv1.VirtualMachineInstance) []*corev1.Pod {
+	objs, _ := r.Pods.GetIndexer().ByIndex(byVMIUID, string(vmi.UID)) // the index is always there
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, obj := range objs {
+		pods = append(pods, obj.(*corev1.Pod))
+	}
+	return pods
 }
 
 // Get is range i's caches while the replica holds it, else nil.
@@ -227,7 +245,15 @@ func (c *Ranges) start(i int) (*Range, error) {
 			return kv.VirtualMachines(ns).Watch(ctx, o)
 		},
 	}
-	podLW := cache.NewListWatchFromClient(c.cfg.Kube.CoreV1().RESTClient(), "pods", ns, fields.Everything())
+	pods := c.cfg.Kube.CoreV1()
+	podLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return pods.Pods(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return pods.Pods(ns).Watch(ctx, o)
+		},
+	}
 
 	r := &Range{Index: i}
 	var err error
@@ -239,10 +265,10 @@ func (c *Ranges) start(i int) (*Range, error) {
 		resource string
 		indexers cache.Indexers
 	}{
-		{&r.VMIs.Unlabelled, vmiLW, c.cfg.Ranges.ByUnlabelledKey(owned), &virtv1.VirtualMachineInstance{}, "virtualmachineinstances", c.vmiIndexers},
-		{&r.VMIs.Labelled, vmiLW, c.cfg.Ranges.ByLabel(owned), &virtv1.VirtualMachineInstance{}, "virtualmachineinstances", c.vmiIndexers},
-		{&r.Pods, podLW, c.cfg.Ranges.ByLabel(owned), &corev1.Pod{}, "pods", c.podIndexers},
-		{&r.VMs, vmLW, c.cfg.Ranges.ByKey(owned), &virtv1.VirtualMachine{}, "virtualmachines", c.vmIndexers},
+		{&r.VMIs.Unlabelled, cache.ToListWatcherWithWatchListSemantics(vmiLW, kv), c.cfg.Ranges.ByUnlabelledKey(owned), &virtv1.VirtualMachineInstance{}, "virtualmachineinstances", c.vmiIndexers},
+		{&r.VMIs.Labelled, cache.ToListWatcherWithWatchListSemantics(vmiLW, kv), c.cfg.Ranges.ByLabel(owned), &virtv1.VirtualMachineInstance{}, "virtualmachineinstances", c.vmiIndexers},
+		{&r.Pods, cache.ToListWatcherWithWatchListSemantics(podLW, c.cfg.Kube), c.cfg.Ranges.ByLabel(owned), &corev1.Pod{}, "pods", c.podIndexers},
+		{&r.VMs, cache.ToListWatcherWithWatchListSemantics(vmLW, kv), c.cfg.Ranges.ByKey(owned), &virtv1.VirtualMachine{}, "virtualmachines", c.vmIndexers},
 	}
 	for _, inf := range informers {
 		if *inf.into, err = shard.NewInformer(inf.lw, inf.sel, inf.example, inf.resource, c.cfg.Metrics, inf.indexers); err != nil {

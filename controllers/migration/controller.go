@@ -38,7 +38,7 @@ const (
 // Config wires the controller.
 type Config struct {
 	Kube     kubernetes.Interface
-	KubeVirt *kubevirt.Clientset
+	KubeVirt kubevirt.Interface
 	// Fence admits syncs and writes of the ranges this replica holds.
 	Fence   sharded.Fence
 	Ranges  shard.Ranges

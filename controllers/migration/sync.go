@@ -17,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/patch"
 )
 
@@ -76,14 +75,12 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	if s.vmi == nil {
 		return 0, c.syncWithoutVMI(ctx, it, s)
 	}
-	if pods, err := r.Pods.GetIndexer().ByIndex(caches.ByVMIUID, string(s.vmi.UID)); err == nil {
-		for _, p := range pods {
-			switch pod := p.(*corev1.Pod); {
-			case pod.Labels[virtv1.MigrationJobLabel] == string(s.m.UID):
-				s.pod = pod
-			case pod.Spec.NodeName == s.vmi.Status.NodeName && (s.source == nil || pod.CreationTimestamp.After(s.source.CreationTimestamp.Time)):
-				s.source = pod
-			}
+	for _, pod := range r.PodsOf(s.vmi) {
+		switch {
+		case pod.Labels[virtv1.MigrationJobLabel] == string(s.m.UID):
+			s.pod = pod
+		case pod.Spec.NodeName == s.vmi.Status.NodeName && (s.source == nil || pod.CreationTimestamp.After(s.source.CreationTimestamp.Time)):
+			s.source = pod
 		}
 	}
 

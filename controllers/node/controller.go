@@ -58,7 +58,7 @@ const (
 // Config wires the controller.
 type Config struct {
 	Kube     kubernetes.Interface
-	KubeVirt *kubevirt.Clientset
+	KubeVirt kubevirt.Interface
 	// Fence admits writes of the ranges this replica holds.
 	Fence   sharded.Fence
 	Ranges  shard.Ranges
@@ -245,9 +245,7 @@ func (c *Controller) failAll(ctx context.Context, node string, vmis []held, why 
 		if err != nil {
 			return err
 		}
-		pods, _ := h.r.Pods.GetIndexer().ByIndex(caches.ByVMIUID, string(h.vmi.UID))
-		for _, p := range pods {
-			pod := p.(*corev1.Pod)
+		for _, pod := range h.r.PodsOf(h.vmi) {
 			if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil {
 				continue
 			}

@@ -26,7 +26,7 @@ const DefaultMaxStartBackoff = 300 * time.Second
 // Config wires the controller.
 type Config struct {
 	Kube     kubernetes.Interface
-	KubeVirt *kubevirt.Clientset
+	KubeVirt kubevirt.Interface
 	// Fence admits syncs and writes of the ranges this replica holds.
 	Fence  sharded.Fence
 	Ranges shard.Ranges

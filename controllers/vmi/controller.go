@@ -35,8 +35,6 @@ import (
 
 // Indexes of the caches.
 const (
-	// byVMIUID indexes launcher pods by the VMI that created them.
-	byVMIUID = caches.ByVMIUID
 	// byClaim indexes VMIs by the namespace/name of each PVC they use.
 	byClaim = "claim"
 )
@@ -44,7 +42,7 @@ const (
 // Config wires the controller.
 type Config struct {
 	Kube     kubernetes.Interface
-	KubeVirt *kubevirt.Clientset
+	KubeVirt kubevirt.Interface
 	Metadata metadata.Interface
 	// Dynamic reads CDI DataVolumes, when the cluster has them.
 	Dynamic dynamic.Interface
@@ -140,9 +138,7 @@ func New(cfg Config) (*Controller, error) {
 		Busy:             c.busy,
 	})
 
-	err := cfg.Caches.Register(c, cache.Indexers{byClaim: claimIndex}, cache.Indexers{byVMIUID: func(obj any) ([]string, error) {
-		return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
-	}}, nil)
+	err := cfg.Caches.Register(c, cache.Indexers{byClaim: claimIndex}, nil, nil)
 	return c, err
 }
 

@@ -55,14 +55,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		c.expectations.Delete(it.Range, it.Key)
 		return nil
 	}
-	podObjs, err := r.Pods.GetIndexer().ByIndex(byVMIUID, string(vmi.UID))
-	if err != nil {
-		return err
-	}
-	pods := make([]*corev1.Pod, 0, len(podObjs))
-	for _, p := range podObjs {
-		pods = append(pods, p.(*corev1.Pod))
-	}
+	pods := r.PodsOf(vmi)
 	satisfied := c.expectations.Satisfied(it.Range, it.Key)
 	if !satisfied {
 		// The informer event that meets the expectation requeues the VMI;

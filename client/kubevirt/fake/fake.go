@@ -1,0 +1,110 @@
+// Package fake is a kubevirt.Interface backed by client-go's object
+// tracker, for unit tests of controllers in sample-controller's style: seed
+// it with objects, run a sync, and read the actions it recorded.
+package fake
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/gentype"
+	k8stesting "k8s.io/client-go/testing"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/client/kubevirt"
+)
+
+// Clientset is a fake kubevirt.Interface; its embedded Fake records the
+// actions and takes reactors, as client-go's fake clientsets do.
+type Clientset struct {
+	k8stesting.Fake
+	tracker k8stesting.ObjectTracker
+}
+
+var _ kubevirt.Interface = (*Clientset)(nil)
+
+// NewClientset returns a fake holding objects.
+func NewClientset(objects ...runtime.Object) *Clientset {
+	tracker := k8stesting.NewObjectTracker(kubevirt.Scheme, serializer.NewCodecFactory(kubevirt.Scheme).UniversalDecoder())
+	for _, obj := range objects {
+		if err := tracker.Add(obj); err != nil {
+			panic(err)
+		}
+	}
+	c := &Clientset{tracker: tracker}
+	c.AddReactor("*", "*", k8stesting.ObjectReaction(tracker))
+	c.AddWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := tracker.Watch(action.GetResource(), action.GetNamespace())
+		return true, w, err
+	})
+	return c
+}
+
+// IsWatchListSemanticsUnSupported tells the reflectors to list and then
+// watch: the tracker cannot stream a list as a watch.
+func (c *Clientset) IsWatchListSemanticsUnSupported() bool { return true }
+
+// Tracker is the fake's object store.
+func (c *Clientset) Tracker() k8stesting.ObjectTracker { return c.tracker }
+
+// VirtualMachineInstances implements kubevirt.Interface.
+func (c *Clientset) VirtualMachineInstances(namespace string) kubevirt.VirtualMachineInstanceInterface {
+	return gentype.NewFakeClientWithList(&c.Fake, namespace,
+		virtv1.SchemeGroupVersion.WithResource("virtualmachineinstances"), virtv1.VirtualMachineInstanceGroupVersionKind,
+		func() *virtv1.VirtualMachineInstance { return &virtv1.VirtualMachineInstance{} },
+		func() *virtv1.VirtualMachineInstanceList { return &virtv1.VirtualMachineInstanceList{} },
+		func(dst, src *virtv1.VirtualMachineInstanceList) { dst.ListMeta = src.ListMeta },
+		func(list *virtv1.VirtualMachineInstanceList) []*virtv1.VirtualMachineInstance {
+			return pointers(list.Items)
+		},
+		func(list *virtv1.VirtualMachineInstanceList, items []*virtv1.VirtualMachineInstance) {
+			list.Items = values(items)
+		},
+	)
+}
+
+// VirtualMachines implements kubevirt.Interface.
+func (c *Clientset) VirtualMachines(namespace string) kubevirt.VirtualMachineInterface {
+	return gentype.NewFakeClientWithList(&c.Fake, namespace,
+		virtv1.SchemeGroupVersion.WithResource("virtualmachines"), virtv1.VirtualMachineGroupVersionKind,
+		func() *virtv1.VirtualMachine { return &virtv1.VirtualMachine{} },
+		func() *virtv1.VirtualMachineList { return &virtv1.VirtualMachineList{} },
+		func(dst, src *virtv1.VirtualMachineList) { dst.ListMeta = src.ListMeta },
+		func(list *virtv1.VirtualMachineList) []*virtv1.VirtualMachine { return pointers(list.Items) },
+		func(list *virtv1.VirtualMachineList, items []*virtv1.VirtualMachine) { list.Items = values(items) },
+	)
+}
+
+// Migrations implements kubevirt.Interface.
+func (c *Clientset) Migrations(namespace string) kubevirt.MigrationInterface {
+	return gentype.NewFakeClientWithList(&c.Fake, namespace,
+		virtv1.SchemeGroupVersion.WithResource("virtualmachineinstancemigrations"), virtv1.VirtualMachineInstanceMigrationGroupVersionKind,
+		func() *virtv1.VirtualMachineInstanceMigration { return &virtv1.VirtualMachineInstanceMigration{} },
+		func() *virtv1.VirtualMachineInstanceMigrationList {
+			return &virtv1.VirtualMachineInstanceMigrationList{}
+		},
+		func(dst, src *virtv1.VirtualMachineInstanceMigrationList) { dst.ListMeta = src.ListMeta },
+		func(list *virtv1.VirtualMachineInstanceMigrationList) []*virtv1.VirtualMachineInstanceMigration {
+			return pointers(list.Items)
+		},
+		func(list *virtv1.VirtualMachineInstanceMigrationList, items []*virtv1.VirtualMachineInstanceMigration) {
+			list.Items = values(items)
+		},
+	)
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
+func values[T any](items []*T) []T {
+	out := make([]T, len(items))
+	for i, item := range items {
+		out[i] = *item
+	}
+	return out
+}

@@ -1,0 +1,275 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// fixture is a migration controller over fake clientsets: real informers
+// over the fakes; a test calls sync on one migration and reads the
+// actions.
+type fixture struct {
+	kube    *kubefake.Clientset
+	kv      *kvfake.Clientset
+	c       *Controller
+	ranges  shard.Ranges
+	cluster *caches.Cluster
+	cut     bool
+}
+
+// Deadline holds every range, for an hour, until cut.
+func (f *fixture) Deadline(int) (time.Time, bool) { return time.Now().Add(time.Hour), !f.cut }
+
+type staticConfig struct{ cfg *clusterconfig.Config }
+
+func (s staticConfig) Current() *clusterconfig.Config     { return s.cfg }
+func (staticConfig) OnChange(func(*clusterconfig.Config)) {}
+
+func newFixture(t *testing.T, kubeObjects []runtime.Object, kvObjects ...runtime.Object) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ranges, err := shard.NewRanges(4, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{kube: kubefake.NewClientset(kubeObjects...), kv: kvfake.NewClientset(kvObjects...), ranges: ranges}
+	// As the API server, a create stamps the creation time (the target
+	// pod's timeouts count from it).
+	f.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).CreationTimestamp = metav1.Now()
+		return false, nil, nil
+	})
+	cc := caches.Config{Kube: f.kube, KubeVirt: f.kv, Ranges: ranges}
+	rangeCaches := caches.NewRanges(cc)
+	f.cluster = caches.NewCluster(cc)
+	objects := caches.NewTemplateObjects(f.kube, metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme()), "")
+	f.c, err = New(Config{Kube: f.kube, KubeVirt: f.kv, Fence: f, Ranges: ranges, Caches: rangeCaches, Cluster: f.cluster,
+		Namespace: "virtshard", Name: "virtshard", Options: template.DefaultOptions(),
+		ClusterConfig: staticConfig{clusterconfig.DefaultConfig("amd64")}, Objects: objects, Recorder: record.NewFakeRecorder(100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cluster.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := objects.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ranges.Count() {
+		if err := rangeCaches.Acquired(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.kube.ClearActions()
+	f.kv.ClearActions()
+	return f
+}
+
+// sync syncs migration m in the range of its VMI (or its own, without one).
+func (f *fixture) sync(t *testing.T, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance) error {
+	t.Helper()
+	rng := f.ranges.Of(m)
+	if vmi != nil {
+		rng = f.ranges.Owner(vmi)
+	}
+	_, err := f.c.sync(context.Background(), item{Range: rng, Key: m.Namespace + "/" + m.Name})
+	return err
+}
+
+// writes are the actions that change something, as "verb resource[/subresource]".
+func writes(actions []k8stesting.Action) []string {
+	var out []string
+	for _, a := range actions {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			continue
+		}
+		w := a.GetVerb() + " " + a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			w += "/" + a.GetSubresource()
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+func newMigration() *virtv1.VirtualMachineInstanceMigration {
+	return &virtv1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "m", UID: "m-uid", ResourceVersion: "2"},
+		Spec:       virtv1.VirtualMachineInstanceMigrationSpec{VMIName: "a"},
+	}
+}
+
+func runningVMI() *virtv1.VirtualMachineInstance {
+	return &virtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "a", UID: "vmi-uid", ResourceVersion: "7"},
+		Spec: virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		}}},
+		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running, NodeName: "node-1"},
+	}
+}
+
+// sourcePod is vmi's running launcher pod.
+func sourcePod(t *testing.T, vmi *virtv1.VirtualMachineInstance) *corev1.Pod {
+	t.Helper()
+	ranges, err := shard.NewRanges(4, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := template.Render(vmi, ranges.Owner(vmi), template.DefaultOptions(), clusterconfig.DefaultConfig("amd64"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.UID, pod.Spec.NodeName, pod.Status.Phase = "source-uid", vmi.Status.NodeName, corev1.PodRunning
+	return pod
+}
+
+// statusOf is the migration status of the last status update.
+func statusOf(t *testing.T, actions []k8stesting.Action) virtv1.VirtualMachineInstanceMigrationStatus {
+	t.Helper()
+	for i := len(actions) - 1; i >= 0; i-- {
+		if u, ok := actions[i].(k8stesting.UpdateAction); ok && u.GetSubresource() == "status" {
+			return u.GetObject().(*virtv1.VirtualMachineInstanceMigration).Status
+		}
+	}
+	t.Fatal("no status update")
+	return virtv1.VirtualMachineInstanceMigrationStatus{}
+}
+
+func TestSyncStartsAMigrationOfARunningVMI(t *testing.T) {
+	m, vmi := newMigration(), runningVMI()
+	f := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, m, vmi)
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	// The finalizer, then a permit, then the target pod, then the status.
+
+	if got := writes(f.kv.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstancemigrations", "update virtualmachineinstancemigrations/status"}) {
+		t.Fatalf("KubeVirt writes %q, want the finalizer patch and one status update", got)
+	}
+	finalizer := string(f.kv.Actions()[0].(k8stesting.PatchAction).GetPatch())
+	if !strings.Contains(finalizer, Finalizer) || !strings.Contains(finalizer, `"resourceVersion":"2"`) {
+		t.Errorf("finalizer patch %s: want %s at the cached resourceVersion", finalizer, Finalizer)
+	}
+	kube := writes(f.kube.Actions())
+	if !slices.Contains(kube, "create pods") || !slices.Contains(kube, "update configmaps") {
+		t.Fatalf("kube writes %q, want a permit written and the target pod created", kube)
+	}
+	if phase := statusOf(t, f.kv.Actions()).Phase; phase != virtv1.MigrationScheduling {
+		t.Errorf("phase %s, want Scheduling once the target pod exists", phase)
+	}
+}
+
+func TestSyncRefusesAMigrationOfAVMIThatIsNotRunning(t *testing.T) {
+	m, vmi := newMigration(), runningVMI()
+	vmi.Status.Phase = virtv1.Scheduled
+	f := newFixture(t, nil, m, vmi)
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	if kube := writes(f.kube.Actions()); slices.Contains(kube, "create pods") {
+		t.Errorf("kube writes %q: no target pod for a VMI that does not run", kube)
+	}
+	status := statusOf(t, f.kv.Actions())
+	if status.Phase != virtv1.MigrationFailed || len(status.Conditions) == 0 || status.Conditions[len(status.Conditions)-1].Reason != ReasonVMINotRunning {
+		t.Errorf("status %+v: want Failed for %s", status, ReasonVMINotRunning)
+	}
+}
+
+func TestSyncFailsAMigrationWhoseVMIDoesNotExist(t *testing.T) {
+	m := newMigration()
+	f := newFixture(t, nil, m)
+	if err := f.sync(t, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	status := statusOf(t, f.kv.Actions())
+	if status.Phase != virtv1.MigrationFailed || status.Conditions[len(status.Conditions)-1].Reason != ReasonVMINotFound {
+		t.Errorf("status %+v: want Failed for %s, once the API server confirmed it", status, ReasonVMINotFound)
+	}
+}
+
+func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
+	m, vmi := newMigration(), runningVMI()
+	f := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, m, vmi)
+	f.cut = true
+	if err := f.sync(t, m, vmi); err != nil && !errors.Is(err, sharded.ErrNotHeld) {
+		t.Fatalf("sync returned %v, want nothing or ErrNotHeld (the worker drops the item)", err)
+	}
+	if got := append(writes(f.kv.Actions()), writes(f.kube.Actions())...); len(got) != 0 {
+		t.Errorf("writes %q for a range not held", got)
+	}
+}
+
+func TestSyncHandsARunningTargetPodOffToTheNodes(t *testing.T) {
+	m, vmi := newMigration(), runningVMI()
+	f := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, m, vmi)
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	// The target pod runs and is ready on another node.
+	var target *corev1.Pod
+	for _, a := range f.kube.Actions() {
+		if c, ok := a.(k8stesting.CreateAction); ok && a.GetResource().Resource == "pods" {
+			target = c.GetObject().(*corev1.Pod).DeepCopy()
+		}
+	}
+	target.UID, target.Spec.NodeName = "target-uid", "node-2"
+	target.Status.Phase = corev1.PodRunning
+	target.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if _, err := f.kube.CoreV1().Pods(vmi.Namespace).Update(context.Background(), target, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The informers catch up with the pod and the migration's status.
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		r := f.c.cfg.Caches.Get(f.ranges.Owner(vmi))
+		obj, _, _ := f.cluster.Migrations.GetStore().GetByKey("default/m")
+		for _, pod := range r.PodsOf(vmi) {
+			if pod.UID == "target-uid" && pod.Status.Phase == corev1.PodRunning {
+				return obj != nil && obj.(*virtv1.VirtualMachineInstanceMigration).Status.Phase == virtv1.MigrationScheduling, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal("the caches never showed the running target pod")
+	}
+	f.kv.ClearActions()
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	var handOff string
+	for _, a := range f.kv.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "virtualmachineinstances" {
+			handOff = string(p.GetPatch())
+		}
+	}
+	for _, want := range []string{`"migrationState"`, `"targetNode":"node-2"`, `"resourceVersion":"7"`} {
+		if !strings.Contains(handOff, want) {
+			t.Errorf("hand-off patch %q lacks %s", handOff, want)
+		}
+	}
+}

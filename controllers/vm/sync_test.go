@@ -1,0 +1,178 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// fixture is a VM controller over fake clientsets: real range informers
+// over the fakes; a test calls sync on one VM and reads the actions.
+type fixture struct {
+	kv     *kvfake.Clientset
+	c      *Controller
+	ranges shard.Ranges
+	fence  *fence
+}
+
+// fence holds every range until cut.
+type fence struct{ cut bool }
+
+func (f *fence) Deadline(int) (time.Time, bool) { return time.Now().Add(time.Hour), !f.cut }
+
+func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ranges := testRanges(t)
+	f := &fixture{kv: kvfake.NewClientset(objects...), ranges: ranges, fence: &fence{}}
+	rangeCaches := caches.NewRanges(caches.Config{Kube: kubefake.NewClientset(), KubeVirt: f.kv, Ranges: ranges})
+	var err error
+	f.c, err = New(Config{KubeVirt: f.kv, Fence: f.fence, Ranges: ranges, Caches: rangeCaches, Recorder: record.NewFakeRecorder(100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ranges.Count() {
+		if err := rangeCaches.Acquired(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.kv.ClearActions()
+	return f
+}
+
+func testRanges(t *testing.T) shard.Ranges {
+	ranges, err := shard.NewRanges(4, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ranges
+}
+
+func (f *fixture) sync(t *testing.T, vm *virtv1.VirtualMachine) {
+	t.Helper()
+	if _, err := f.c.sync(context.Background(), item{Range: f.ranges.Of(vm), Key: vm.Namespace + "/" + vm.Name}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writes are the actions that change something, as "verb resource[/subresource]".
+func writes(actions []k8stesting.Action) []string {
+	var out []string
+	for _, a := range actions {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			continue
+		}
+		w := a.GetVerb() + " " + a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			w += "/" + a.GetSubresource()
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+func newVM(strategy virtv1.VirtualMachineRunStrategy) *virtv1.VirtualMachine {
+	return &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm", UID: "vm-uid", ResourceVersion: "5",
+			Finalizers: []string{virtv1.VirtualMachineControllerFinalizer}},
+		Spec: virtv1.VirtualMachineSpec{RunStrategy: ptr.To(strategy), Template: &virtv1.VirtualMachineInstanceTemplateSpec{
+			Spec: virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			}}},
+		}},
+	}
+}
+
+// vmiOf is the VMI the VM controller created for vm, running.
+func vmiOf(t *testing.T, vm *virtv1.VirtualMachine, rng int) *virtv1.VirtualMachineInstance {
+	vmi, err := newVMI(vm, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmi.UID, vmi.ResourceVersion = "vmi-uid", "3"
+	vmi.Status.Phase = virtv1.Running
+	return vmi
+}
+
+func TestSyncStartsAVMThatShouldRun(t *testing.T) {
+	vm := newVM(virtv1.RunStrategyAlways)
+	f := newFixture(t, vm)
+	f.sync(t, vm)
+	got := writes(f.kv.Actions())
+	if !slices.Equal(got, []string{"create virtualmachineinstances", "update virtualmachines/status"}) {
+		t.Fatalf("writes %q, want the VMI created and the VM's status updated", got)
+	}
+	vmi := f.kv.Actions()[0].(k8stesting.CreateAction).GetObject().(*virtv1.VirtualMachineInstance)
+	if !metav1.IsControlledBy(vmi, vm) || vmi.Labels[shard.LabelRange] == "" {
+		t.Errorf("VMI %+v: want it controlled by the VM and labelled with its range", vmi.ObjectMeta)
+	}
+	status := f.kv.Actions()[1].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine)
+	if status.ResourceVersion != vm.ResourceVersion {
+		t.Errorf("status update at resourceVersion %q, want the cached %q as precondition", status.ResourceVersion, vm.ResourceVersion)
+	}
+}
+
+func TestSyncStopsAHaltedVMWithTheVMIsUID(t *testing.T) {
+	vm := newVM(virtv1.RunStrategyHalted)
+	f := newFixture(t, vm, vmiOf(t, vm, testRanges(t).Of(vm)))
+	f.sync(t, vm)
+	got := writes(f.kv.Actions())
+	if len(got) == 0 || got[0] != "delete virtualmachineinstances" {
+		t.Fatalf("writes %q, want the VMI deleted first", got)
+	}
+	del := f.kv.Actions()[0].(k8stesting.DeleteAction).GetDeleteOptions()
+	if del.Preconditions == nil || del.Preconditions.UID == nil || *del.Preconditions.UID != "vmi-uid" {
+		t.Errorf("delete preconditions %+v, want the VMI's UID", del.Preconditions)
+	}
+}
+
+func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
+	vm := newVM(virtv1.RunStrategyAlways)
+	f := newFixture(t, vm)
+	f.fence.cut = true
+	_, err := f.c.sync(context.Background(), item{Range: f.ranges.Of(vm), Key: vm.Namespace + "/" + vm.Name})
+	if err != nil && !errors.Is(err, sharded.ErrNotHeld) {
+		t.Fatalf("sync returned %v, want nothing or ErrNotHeld (the worker drops the item)", err)
+	}
+	if got := writes(f.kv.Actions()); len(got) != 0 {
+		t.Errorf("writes %q for a range not held", got)
+	}
+}
+
+func TestSyncReportsAnInvalidRunStrategyOnTheVM(t *testing.T) {
+	vm := newVM("Sometimes")
+	f := newFixture(t, vm)
+	f.sync(t, vm)
+	got := writes(f.kv.Actions())
+	if !slices.Equal(got, []string{"update virtualmachines/status"}) {
+		t.Fatalf("writes %q, want only the status with the failure", got)
+	}
+	status := f.kv.Actions()[0].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine).Status
+	found := false
+	for _, c := range status.Conditions {
+		found = found || (c.Type == virtv1.VirtualMachineFailure && strings.Contains(c.Reason, "InvalidRunStrategy"))
+	}
+	if !found {
+		t.Errorf("conditions %+v: want Failure InvalidRunStrategy", status.Conditions)
+	}
+}

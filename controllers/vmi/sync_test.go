@@ -1,0 +1,289 @@
+package vmi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// fixture is a VMI controller over fake clientsets, in sample-controller's
+// style: the range caches are real informers over the fakes, a test calls
+// sync on one item and reads the actions the fakes recorded.
+type fixture struct {
+	t        *testing.T
+	kube     *kubefake.Clientset
+	kv       *kvfake.Clientset
+	c        *Controller
+	ranges   shard.Ranges
+	recorder *record.FakeRecorder
+	fence    *fence
+}
+
+// fence holds every range until cut.
+type fence struct{ cut bool }
+
+func (f *fence) Deadline(int) (time.Time, bool) { return time.Now().Add(time.Hour), !f.cut }
+
+type staticConfig struct{ cfg *clusterconfig.Config }
+
+func (s staticConfig) Current() *clusterconfig.Config { return s.cfg }
+
+// newFixture starts the controller's caches over fakes holding objects
+// (core objects to the kube fake, kubevirt.io ones to the KubeVirt fake)
+// and forgets the actions their informers made.
+func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
+	t.Helper()
+	var kubeObjects, kvObjects []runtime.Object
+	for _, obj := range objects {
+		if _, ok := obj.(*virtv1.VirtualMachineInstance); ok {
+			kvObjects = append(kvObjects, obj)
+		} else {
+			kubeObjects = append(kubeObjects, obj)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ranges, err := shard.NewRanges(4, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, kube: kubefake.NewClientset(kubeObjects...), kv: kvfake.NewClientset(kvObjects...), ranges: ranges,
+		recorder: record.NewFakeRecorder(100), fence: &fence{}}
+	cc := caches.Config{Kube: f.kube, KubeVirt: f.kv, Ranges: ranges}
+	rangeCaches, cluster := caches.NewRanges(cc), caches.NewCluster(cc)
+	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	objectCaches := caches.NewTemplateObjects(f.kube, md, "")
+	f.c, err = New(Config{
+		Kube: f.kube, KubeVirt: f.kv, Metadata: md, Fence: f.fence, Ranges: ranges,
+		Caches: rangeCaches, Cluster: cluster, Options: template.DefaultOptions(),
+		ClusterConfig: staticConfig{clusterconfig.DefaultConfig("amd64")}, Objects: objectCaches,
+		UrgentStatusWait: time.Millisecond, LazyStatusWait: time.Millisecond, BusyDepth: 1000,
+		Recorder: f.recorder,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := objectCaches.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ranges.Count() {
+		if err := rangeCaches.Acquired(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go f.c.batcher.Run(ctx)
+	f.kube.ClearActions()
+	f.kv.ClearActions()
+	return f
+}
+
+func (f *fixture) item(vmi *virtv1.VirtualMachineInstance) item {
+	return item{Range: f.ranges.Owner(vmi), Key: vmi.Namespace + "/" + vmi.Name}
+}
+
+// writes are the actions that change something, as "verb resource[/subresource]".
+func writes(actions []k8stesting.Action) []string {
+	var out []string
+	for _, a := range actions {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			continue
+		}
+		w := a.GetVerb() + " " + a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			w += "/" + a.GetSubresource()
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// waitForWrites waits until the KubeVirt fake recorded want (the status
+// batcher writes on its own goroutine).
+func (f *fixture) waitForKubeVirtWrites(want ...string) {
+	f.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return slices.Equal(writes(f.kv.Actions()), want), nil
+	})
+	if err != nil {
+		f.t.Fatalf("KubeVirt writes %q, want %q", writes(f.kv.Actions()), want)
+	}
+}
+
+func newVMI(name string) *virtv1.VirtualMachineInstance {
+	return &virtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: "uid-" + "name", ResourceVersion: "1"},
+		Spec: virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		}}},
+	}
+}
+
+// launcherPod is the pod the controller renders for vmi, as created.
+func (f *fixture) launcherPod(vmi *virtv1.VirtualMachineInstance, phase corev1.PodPhase) *corev1.Pod {
+	f.t.Helper()
+	pod, err := template.Render(vmi, f.ranges.Owner(vmi), template.DefaultOptions(), clusterconfig.DefaultConfig("amd64"), nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	pod.UID, pod.ResourceVersion = "pod-uid", "1"
+	pod.Status.Phase = phase
+	return pod
+}
+
+func TestSyncCreatesTheLauncherPodOfAPendingVMI(t *testing.T) {
+	vmi := newVMI("a")
+	f := newFixture(t, vmi)
+	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	if got := writes(f.kube.Actions()); !slices.Equal(got, []string{"create pods"}) {
+		t.Fatalf("writes %q, want one pod create", got)
+	}
+	created := f.kube.Actions()[0].(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+	if created.Labels[virtv1.CreatedByLabel] != string(vmi.UID) || created.Labels[shard.LabelRange] != fmt.Sprint(f.ranges.Owner(vmi)) {
+		t.Errorf("pod labels %v: want the VMI's UID and range", created.Labels)
+	}
+	// Syncs while the pod is on its way to the cache, and after, create
+	// no second pod.
+	f.kube.ClearActions()
+	for range 3 {
+		if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := writes(f.kube.Actions()); slices.Contains(got, "create pods") {
+		t.Errorf("later syncs wrote %q: a second pod", got)
+	}
+}
+
+func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
+	vmi := newVMI("a")
+	f := newFixture(t, vmi)
+	f.fence.cut = true
+	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil && !errors.Is(err, sharded.ErrNotHeld) {
+		t.Fatalf("sync returned %v, want nothing or ErrNotHeld (the worker drops the item)", err)
+	}
+	if got := writes(f.kube.Actions()); len(got) != 0 {
+		t.Errorf("writes %q for a range not held", got)
+	}
+	if !f.c.expectations.Satisfied(f.item(vmi).Range, f.item(vmi).Key) {
+		t.Error("an expectation was raised for a create never sent")
+	}
+}
+
+func TestSyncRetriesAFailedCreateAndSaysWhy(t *testing.T) {
+	vmi := newVMI("a")
+	f := newFixture(t, vmi)
+	f.kube.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("the API server is overloaded")
+	})
+	err := f.c.sync(context.Background(), f.item(vmi))
+	if err == nil || !strings.Contains(err.Error(), "overloaded") {
+		t.Fatalf("sync returned %v, want the create's error for a retry", err)
+	}
+	if !f.c.expectations.Satisfied(f.item(vmi).Range, f.item(vmi).Key) {
+		t.Error("the expectation of a failed create is still raised: the retry would wait for it")
+	}
+	select {
+	case e := <-f.recorder.Events:
+		if !strings.Contains(e, ReasonFailedCreate) {
+			t.Errorf("event %q, want %s", e, ReasonFailedCreate)
+		}
+	default:
+		t.Error("no event for the failed create")
+	}
+}
+
+func TestSyncBlocksAVMIWithAnInvalidNetworkWithoutRetrying(t *testing.T) {
+	vmi := newVMI("a")
+	vmi.Spec.Networks = []virtv1.Network{{Name: "default", NetworkSource: virtv1.NetworkSource{Pod: &virtv1.PodNetwork{}}}}
+	// No interface for the network: KubeVirt's webhook and template refuse it.
+	f := newFixture(t, vmi)
+	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+		t.Fatalf("sync returned %v: bad input must not be retried", err)
+	}
+	if got := writes(f.kube.Actions()); len(got) != 0 {
+		t.Errorf("writes %q for an invalid VMI", got)
+	}
+	f.waitForKubeVirtWrites("patch virtualmachineinstances")
+	patch := string(f.kv.Actions()[len(f.kv.Actions())-1].(k8stesting.PatchAction).GetPatch())
+	if !strings.Contains(patch, ReasonInvalidNetwork) || !strings.Contains(patch, `"resourceVersion":"1"`) {
+		t.Errorf("status patch %s: want the %s condition at the cached resourceVersion", patch, ReasonInvalidNetwork)
+	}
+}
+
+func TestSyncFailsARunningVMIWhosePodIsGone(t *testing.T) {
+	vmi := newVMI("a")
+	vmi.Status.Phase = virtv1.Running
+	vmi.Status.NodeName = "node-1"
+	f := newFixture(t, vmi)
+	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	if got := writes(f.kube.Actions()); len(got) != 0 {
+		t.Errorf("kube writes %q: a launcher pod is never created again after Pending", got)
+	}
+	f.waitForKubeVirtWrites("patch virtualmachineinstances")
+	patch := string(f.kv.Actions()[len(f.kv.Actions())-1].(k8stesting.PatchAction).GetPatch())
+	if !strings.Contains(patch, `"phase":"Failed"`) || !strings.Contains(patch, ReasonPodGone) {
+		t.Errorf("status patch %s: want Failed for %s", patch, ReasonPodGone)
+	}
+}
+
+func TestSyncDeletesTheLauncherPodOfADeletedVMI(t *testing.T) {
+	vmi := newVMI("a")
+	vmi.Status.Phase = virtv1.Running
+	vmi.Finalizers = []string{virtv1.VirtualMachineInstanceFinalizer}
+	vmi.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	f := newFixture(t, vmi, newFixturePod(t, vmi))
+	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	actions := f.kube.Actions()
+	if got := writes(actions); !slices.Equal(got, []string{"delete pods"}) {
+		t.Fatalf("writes %q, want the launcher pod deleted", got)
+	}
+	del := actions[len(actions)-1].(k8stesting.DeleteAction)
+	if uid := del.GetDeleteOptions().Preconditions; uid == nil || uid.UID == nil || *uid.UID != "pod-uid" {
+		t.Errorf("delete preconditions %+v: want the pod's UID", del.GetDeleteOptions().Preconditions)
+	}
+}
+
+// newFixturePod is vmi's running launcher pod.
+func newFixturePod(t *testing.T, vmi *virtv1.VirtualMachineInstance) *corev1.Pod {
+	ranges, err := shard.NewRanges(4, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, ranges: ranges}
+	return f.launcherPod(vmi, corev1.PodRunning)
+}
