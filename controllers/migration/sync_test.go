@@ -99,23 +99,6 @@ func (f *fixture) sync(t *testing.T, m *virtv1.VirtualMachineInstanceMigration, 
 	return err
 }
 
-// writes are the actions that change something, as "verb resource[/subresource]".
-func writes(actions []k8stesting.Action) []string {
-	var out []string
-	for _, a := range actions {
-		switch a.GetVerb() {
-		case "get", "list", "watch":
-			continue
-		}
-		w := a.GetVerb() + " " + a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			w += "/" + a.GetSubresource()
-		}
-		out = append(out, w)
-	}
-	return out
-}
-
 func newMigration() *virtv1.VirtualMachineInstanceMigration {
 	return &virtv1.VirtualMachineInstanceMigration{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "m", UID: "m-uid", ResourceVersion: "2"},
@@ -168,14 +151,14 @@ func TestSyncStartsAMigrationOfARunningVMI(t *testing.T) {
 	}
 	// The finalizer, then a permit, then the target pod, then the status.
 
-	if got := writes(f.kv.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstancemigrations", "update virtualmachineinstancemigrations/status"}) {
+	if got := kvfake.Writes(f.kv.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstancemigrations", "update virtualmachineinstancemigrations/status"}) {
 		t.Fatalf("KubeVirt writes %q, want the finalizer patch and one status update", got)
 	}
 	finalizer := string(f.kv.Actions()[0].(k8stesting.PatchAction).GetPatch())
 	if !strings.Contains(finalizer, Finalizer) || !strings.Contains(finalizer, `"resourceVersion":"2"`) {
 		t.Errorf("finalizer patch %s: want %s at the cached resourceVersion", finalizer, Finalizer)
 	}
-	kube := writes(f.kube.Actions())
+	kube := kvfake.Writes(f.kube.Actions())
 	if !slices.Contains(kube, "create pods") || !slices.Contains(kube, "update configmaps") {
 		t.Fatalf("kube writes %q, want a permit written and the target pod created", kube)
 	}
@@ -191,7 +174,7 @@ func TestSyncRefusesAMigrationOfAVMIThatIsNotRunning(t *testing.T) {
 	if err := f.sync(t, m, vmi); err != nil {
 		t.Fatal(err)
 	}
-	if kube := writes(f.kube.Actions()); slices.Contains(kube, "create pods") {
+	if kube := kvfake.Writes(f.kube.Actions()); slices.Contains(kube, "create pods") {
 		t.Errorf("kube writes %q: no target pod for a VMI that does not run", kube)
 	}
 	status := statusOf(t, f.kv.Actions())
@@ -219,7 +202,7 @@ func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 	if err := f.sync(t, m, vmi); err != nil && !errors.Is(err, sharded.ErrNotHeld) {
 		t.Fatalf("sync returned %v, want nothing or ErrNotHeld (the worker drops the item)", err)
 	}
-	if got := append(writes(f.kv.Actions()), writes(f.kube.Actions())...); len(got) != 0 {
+	if got := append(kvfake.Writes(f.kv.Actions()), kvfake.Writes(f.kube.Actions())...); len(got) != 0 {
 		t.Errorf("writes %q for a range not held", got)
 	}
 }

@@ -74,17 +74,6 @@ func newFixture(t *testing.T, kubeObjects []runtime.Object, vmis ...runtime.Obje
 	return f
 }
 
-// writes are the actions that change something, as "verb resource".
-func writes(actions []k8stesting.Action) []string {
-	var out []string
-	for _, a := range actions {
-		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
-			out = append(out, v+" "+a.GetResource().Resource)
-		}
-	}
-	return out
-}
-
 func notReadyNode(since time.Time) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
 		Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(since),
@@ -113,7 +102,7 @@ func TestSyncFailsTheVMIsOfANodeNotReadyPastItsGracePeriod(t *testing.T) {
 	if _, err := f.c.sync(context.Background(), "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := writes(f.kv.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstances"}) {
+	if got := kvfake.Writes(f.kv.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstances"}) {
 		t.Fatalf("KubeVirt writes %q, want the VMI patched Failed", got)
 	}
 	patch := string(f.kv.Actions()[0].(k8stesting.PatchAction).GetPatch())
@@ -123,7 +112,7 @@ func TestSyncFailsTheVMIsOfANodeNotReadyPastItsGracePeriod(t *testing.T) {
 		}
 	}
 	actions := f.kube.Actions()
-	if got := writes(actions); !slices.Equal(got, []string{"delete pods"}) {
+	if got := kvfake.Writes(actions); !slices.Equal(got, []string{"delete pods"}) {
 		t.Fatalf("kube writes %q, want the launcher pod deleted", got)
 	}
 	if p := actions[len(actions)-1].(k8stesting.DeleteAction).GetDeleteOptions().Preconditions; p == nil || ptr.Deref(p.UID, "") != "pod-uid-a" {
@@ -141,7 +130,7 @@ func TestSyncWaitsOutTheGracePeriod(t *testing.T) {
 	if after <= 0 || after > time.Minute {
 		t.Errorf("look again after %s, want within the grace period left", after)
 	}
-	if got := append(writes(f.kv.Actions()), writes(f.kube.Actions())...); len(got) != 0 {
+	if got := append(kvfake.Writes(f.kv.Actions()), kvfake.Writes(f.kube.Actions())...); len(got) != 0 {
 		t.Errorf("writes %q during the grace period", got)
 	}
 }
@@ -153,7 +142,7 @@ func TestSyncLeavesTheVMIsOfRangesNotHeld(t *testing.T) {
 	if _, err := f.c.sync(context.Background(), "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := append(writes(f.kv.Actions()), writes(f.kube.Actions())...); len(got) != 0 {
+	if got := append(kvfake.Writes(f.kv.Actions()), kvfake.Writes(f.kube.Actions())...); len(got) != 0 {
 		t.Errorf("writes %q for another replica's VMI", got)
 	}
 }
@@ -168,7 +157,7 @@ func TestSyncEvacuatesADrainedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := writes(f.kv.Actions()); !slices.Equal(got, []string{"create virtualmachineinstancemigrations"}) || after != evacuationRecheck {
+	if got := kvfake.Writes(f.kv.Actions()); !slices.Equal(got, []string{"create virtualmachineinstancemigrations"}) || after != evacuationRecheck {
 		t.Fatalf("writes %q, next look after %s: want one evacuation migration, looked at again after %s", got, after, evacuationRecheck)
 	}
 	m := f.kv.Actions()[0].(k8stesting.CreateAction).GetObject().(*virtv1.VirtualMachineInstanceMigration)

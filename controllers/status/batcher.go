@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
@@ -49,10 +50,21 @@ type Config[T runtime.Object] struct {
 	OnNothingWritten func(rng int, key string)
 	// Metrics receives batch sizes; nil means none.
 	Metrics *Metrics
-	// Busy, when set, reports whether the controller has many objects in
-	// flight: a batch of lazy intents only that comes due while busy waits
-	// another round, so that it can still share a patch with what follows.
-	Busy func() bool
+	// LazyWait is how long an intent nobody waits for (EnqueueLazy, an
+	// intermediate phase) may wait for company while the batcher is idle,
+	// so that status follows reality closely; BusyWait while it is busy,
+	// so that it rides along with the next intent instead of costing a
+	// patch of its own. A batch of lazy intents only that comes due while
+	// busy waits another round.
+	LazyWait, BusyWait time.Duration
+	// BusyDepth: the batcher is busy while its pending objects and the
+	// Backlog count at least this many; 0 means never.
+	BusyDepth int
+	// Backlog, when set, counts the controller's objects waiting for a
+	// sync: a burst fills that queue first.
+	Backlog func() int
+	// Clock is the batcher's time; nil means the real clock.
+	Clock clock.WithTicker
 }
 
 // Batcher coalesces intents per object.
@@ -85,10 +97,13 @@ func New[T runtime.Object](cfg Config[T]) *Batcher[T] {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	return &Batcher[T]{
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: cfg.Name}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: cfg.Name, Clock: cfg.Clock}),
 		pending: map[string]*batch[T]{},
 	}
 }
@@ -100,16 +115,33 @@ func (b *Batcher[T]) Enqueue(rng int, key string, uid types.UID, wait time.Durat
 }
 
 // EnqueueLazy adds an intent nobody waits for (an intermediate phase): due
-// after wait, but postponed by wait again as long as Config.Busy holds and
-// no other intent joined it.
-func (b *Batcher[T]) EnqueueLazy(rng int, key string, uid types.UID, wait time.Duration, m Mutation[T]) {
+// after Config.LazyWait, or BusyWait while busy, and postponed by that wait
+// again while busy as long as no other intent joined it.
+func (b *Batcher[T]) EnqueueLazy(rng int, key string, uid types.UID, m Mutation[T]) {
+	wait := b.cfg.LazyWait
+	if b.Busy() {
+		wait = b.cfg.BusyWait
+	}
 	b.enqueue(rng, key, uid, wait, m, true)
+}
+
+// Busy reports a burst: the batcher's pending objects and the controller's
+// Backlog together reach Config.BusyDepth.
+func (b *Batcher[T]) Busy() bool {
+	if b.cfg.BusyDepth <= 0 {
+		return false
+	}
+	backlog := 0
+	if b.cfg.Backlog != nil {
+		backlog = b.cfg.Backlog()
+	}
+	return b.Depth()+backlog >= b.cfg.BusyDepth
 }
 
 func (b *Batcher[T]) enqueue(rng int, key string, uid types.UID, wait time.Duration, m Mutation[T], lazy bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	due := time.Now().Add(wait)
+	due := b.cfg.Clock.Now().Add(wait)
 	p := b.pending[key]
 	switch {
 	case p == nil || p.uid != uid:
@@ -202,10 +234,10 @@ func (b *Batcher[T]) next(ctx context.Context) bool {
 // flush writes key's pending intents, if any, as one patch, once they are
 // due. On failure the intents go back to the front of the batch.
 func (b *Batcher[T]) flush(ctx context.Context, key string) error {
-	busy := b.cfg.Busy != nil && b.cfg.Busy()
+	busy := b.Busy()
 	b.mu.Lock()
 	p := b.pending[key]
-	now := time.Now()
+	now := b.cfg.Clock.Now()
 	if p != nil && busy && p.lazy && !p.due.IsZero() && !now.Before(p.due) {
 		p.due = now.Add(p.wait) // a retry (zero due) is never postponed
 	}

@@ -153,10 +153,16 @@ func TestLazyIntentWaitsWhileBusy(t *testing.T) {
 	cfg := s.config(holdAll)
 	var busy atomic.Bool
 	busy.Store(true)
-	cfg.Busy = busy.Load
+	cfg.LazyWait, cfg.BusyWait, cfg.BusyDepth = 5*time.Millisecond, 5*time.Millisecond, 100
+	cfg.Backlog = func() int {
+		if busy.Load() {
+			return 100
+		}
+		return 0
+	}
 	b := New(cfg)
 	run(t, b)
-	b.EnqueueLazy(0, "ns/v", "uid-v", 5*time.Millisecond, setPhase(virtv1.Scheduling))
+	b.EnqueueLazy(0, "ns/v", "uid-v", setPhase(virtv1.Scheduling))
 	time.Sleep(100 * time.Millisecond) // twenty lazy waits, all while busy
 	if n := s.patchCount(); n != 0 {
 		t.Fatalf("%d patches while busy, want the lazy intent postponed", n)
@@ -171,10 +177,10 @@ func TestLazyIntentWaitsWhileBusy(t *testing.T) {
 func TestUrgentIntentIsNotPostponedWhileBusy(t *testing.T) {
 	s := newServer()
 	cfg := s.config(holdAll)
-	cfg.Busy = func() bool { return true }
+	cfg.LazyWait, cfg.BusyWait, cfg.BusyDepth = time.Hour, time.Hour, 1
 	b := New(cfg)
 	run(t, b)
-	b.EnqueueLazy(0, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduling))
+	b.EnqueueLazy(0, "ns/v", "uid-v", setPhase(virtv1.Scheduling))
 	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
 	waitPatches(t, s, 1)
 	if got := s.vmi.Status.PhaseTransitionTimestamps; s.vmi.Status.Phase != virtv1.Scheduled || len(got) != 2 {

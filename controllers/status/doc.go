@@ -6,9 +6,11 @@
 // node-side stage, another replica in a handoff). On conflict the object is
 // re-read and the intents re-applied.
 //
-// Each intent carries how long it may wait. Urgent intents (the handoff to
-// the node agent, a failure) flush within a few milliseconds; lazy ones (an
-// intermediate phase nobody waits for) may wait, so that they ride along
-// with the next urgent one: most VMIs then reach Scheduled with a single
-// status patch, the phases in between recorded with their own timestamps.
+// An urgent intent (the handoff to the node agent, a failure) carries how
+// long it may wait and flushes within a few milliseconds; a lazy one (an
+// intermediate phase nobody waits for) waits as the batcher's Config says,
+// longer while it is busy, so that it rides along with the next urgent one:
+// most VMIs then reach Scheduled with a single status patch, the phases in
+// between recorded with their own timestamps. Patches go through the
+// fenced writer of the controller.
 package status

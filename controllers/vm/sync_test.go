@@ -74,23 +74,6 @@ func (f *fixture) sync(t *testing.T, vm *virtv1.VirtualMachine) {
 	}
 }
 
-// writes are the actions that change something, as "verb resource[/subresource]".
-func writes(actions []k8stesting.Action) []string {
-	var out []string
-	for _, a := range actions {
-		switch a.GetVerb() {
-		case "get", "list", "watch":
-			continue
-		}
-		w := a.GetVerb() + " " + a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			w += "/" + a.GetSubresource()
-		}
-		out = append(out, w)
-	}
-	return out
-}
-
 func newVM(strategy virtv1.VirtualMachineRunStrategy) *virtv1.VirtualMachine {
 	return &virtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm", UID: "vm-uid", ResourceVersion: "5",
@@ -118,7 +101,7 @@ func TestSyncStartsAVMThatShouldRun(t *testing.T) {
 	vm := newVM(virtv1.RunStrategyAlways)
 	f := newFixture(t, vm)
 	f.sync(t, vm)
-	got := writes(f.kv.Actions())
+	got := kvfake.Writes(f.kv.Actions())
 	if !slices.Equal(got, []string{"create virtualmachineinstances", "update virtualmachines/status"}) {
 		t.Fatalf("writes %q, want the VMI created and the VM's status updated", got)
 	}
@@ -136,7 +119,7 @@ func TestSyncStopsAHaltedVMWithTheVMIsUID(t *testing.T) {
 	vm := newVM(virtv1.RunStrategyHalted)
 	f := newFixture(t, vm, vmiOf(t, vm, testRanges(t).Of(vm)))
 	f.sync(t, vm)
-	got := writes(f.kv.Actions())
+	got := kvfake.Writes(f.kv.Actions())
 	if len(got) == 0 || got[0] != "delete virtualmachineinstances" {
 		t.Fatalf("writes %q, want the VMI deleted first", got)
 	}
@@ -154,7 +137,7 @@ func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 	if err != nil && !errors.Is(err, sharded.ErrNotHeld) {
 		t.Fatalf("sync returned %v, want nothing or ErrNotHeld (the worker drops the item)", err)
 	}
-	if got := writes(f.kv.Actions()); len(got) != 0 {
+	if got := kvfake.Writes(f.kv.Actions()); len(got) != 0 {
 		t.Errorf("writes %q for a range not held", got)
 	}
 }
@@ -163,7 +146,7 @@ func TestSyncReportsAnInvalidRunStrategyOnTheVM(t *testing.T) {
 	vm := newVM("Sometimes")
 	f := newFixture(t, vm)
 	f.sync(t, vm)
-	got := writes(f.kv.Actions())
+	got := kvfake.Writes(f.kv.Actions())
 	if !slices.Equal(got, []string{"update virtualmachines/status"}) {
 		t.Fatalf("writes %q, want only the status with the failure", got)
 	}

@@ -135,7 +135,11 @@ func New(cfg Config) (*Controller, error) {
 		// A sync held back for a batch that wrote nothing: no informer
 		// event will queue the VMI again.
 		OnNothingWritten: func(rng int, key string) { c.rt.Add(rng, key) },
-		Busy:             c.busy,
+		LazyWait:         cfg.LazyStatusWait,
+		BusyWait:         cfg.BusyStatusWait,
+		BusyDepth:        cfg.BusyDepth,
+		// The sync queue fills first at the start of a burst.
+		Backlog: c.rt.Len,
 	})
 
 	err := cfg.Caches.Register(c, cache.Indexers{byClaim: claimIndex}, nil, nil)
@@ -274,23 +278,6 @@ func (c *Controller) patched(vmi *virtv1.VirtualMachineInstance) {
 	} else {
 		written[1].Mutation(vmi)
 	}
-}
-
-// lazyWait is how long an intermediate phase may wait for company: short
-// when the controller is idle, so status follows reality closely, long when
-// busy, so that a VMI's Scheduling rides along with its handoff instead of
-// costing a patch of its own. While busy, the batcher postpones it again.
-func (c *Controller) lazyWait() time.Duration {
-	if c.busy() {
-		return c.cfg.BusyStatusWait
-	}
-	return c.cfg.LazyStatusWait
-}
-
-// busy reports a burst: many VMIs in flight, queued for a sync or with
-// status pending. The queue fills first at the start of a burst.
-func (c *Controller) busy() bool {
-	return c.batcher.Depth()+c.rt.Len() >= c.cfg.BusyDepth
 }
 
 // vmiHandler queues VMIs of range rng and observes their phase changes.

@@ -214,7 +214,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	if err != nil || created == nil {
 		return err
 	}
-	c.batcher.EnqueueLazy(it.Range, it.Key, cached.UID, c.lazyWait(), toScheduling(c.launcher(created, []*corev1.Pod{created}), metav1.Now()))
+	c.batcher.EnqueueLazy(it.Range, it.Key, cached.UID, toScheduling(c.launcher(created, []*corev1.Pod{created}), metav1.Now()))
 	return nil
 }
 
@@ -288,10 +288,10 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		// Scheduling is already on its way if anything is pending for the
 		// VMI: a second lazy intent could only pull its write forward.
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) && !c.batcher.Pending(it.Key, vmi.UID) {
-			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, c.lazyWait(), toScheduling(c.launcher(pod, pods), pod.CreationTimestamp))
+			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, toScheduling(c.launcher(pod, pods), pod.CreationTimestamp))
 		}
 		if cond := unschedulable(pod); cond != nil {
-			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, c.lazyWait(), copyPodScheduled(*cond))
+			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, copyPodScheduled(*cond))
 		}
 	}
 	return nil

@@ -109,32 +109,15 @@ func (f *fixture) item(vmi *virtv1.VirtualMachineInstance) item {
 	return item{Range: f.ranges.Owner(vmi), Key: vmi.Namespace + "/" + vmi.Name}
 }
 
-// writes are the actions that change something, as "verb resource[/subresource]".
-func writes(actions []k8stesting.Action) []string {
-	var out []string
-	for _, a := range actions {
-		switch a.GetVerb() {
-		case "get", "list", "watch":
-			continue
-		}
-		w := a.GetVerb() + " " + a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			w += "/" + a.GetSubresource()
-		}
-		out = append(out, w)
-	}
-	return out
-}
-
 // waitForWrites waits until the KubeVirt fake recorded want (the status
 // batcher writes on its own goroutine).
 func (f *fixture) waitForKubeVirtWrites(want ...string) {
 	f.t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return slices.Equal(writes(f.kv.Actions()), want), nil
+		return slices.Equal(kvfake.Writes(f.kv.Actions()), want), nil
 	})
 	if err != nil {
-		f.t.Fatalf("KubeVirt writes %q, want %q", writes(f.kv.Actions()), want)
+		f.t.Fatalf("KubeVirt writes %q, want %q", kvfake.Writes(f.kv.Actions()), want)
 	}
 }
 
@@ -165,7 +148,7 @@ func TestSyncCreatesTheLauncherPodOfAPendingVMI(t *testing.T) {
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 		t.Fatal(err)
 	}
-	if got := writes(f.kube.Actions()); !slices.Equal(got, []string{"create pods"}) {
+	if got := kvfake.Writes(f.kube.Actions()); !slices.Equal(got, []string{"create pods"}) {
 		t.Fatalf("writes %q, want one pod create", got)
 	}
 	created := f.kube.Actions()[0].(k8stesting.CreateAction).GetObject().(*corev1.Pod)
@@ -180,7 +163,7 @@ func TestSyncCreatesTheLauncherPodOfAPendingVMI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := writes(f.kube.Actions()); slices.Contains(got, "create pods") {
+	if got := kvfake.Writes(f.kube.Actions()); slices.Contains(got, "create pods") {
 		t.Errorf("later syncs wrote %q: a second pod", got)
 	}
 }
@@ -192,7 +175,7 @@ func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil && !errors.Is(err, sharded.ErrNotHeld) {
 		t.Fatalf("sync returned %v, want nothing or ErrNotHeld (the worker drops the item)", err)
 	}
-	if got := writes(f.kube.Actions()); len(got) != 0 {
+	if got := kvfake.Writes(f.kube.Actions()); len(got) != 0 {
 		t.Errorf("writes %q for a range not held", got)
 	}
 	if !f.c.expectations.Satisfied(f.item(vmi).Range, f.item(vmi).Key) {
@@ -231,7 +214,7 @@ func TestSyncBlocksAVMIWithAnInvalidNetworkWithoutRetrying(t *testing.T) {
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 		t.Fatalf("sync returned %v: bad input must not be retried", err)
 	}
-	if got := writes(f.kube.Actions()); len(got) != 0 {
+	if got := kvfake.Writes(f.kube.Actions()); len(got) != 0 {
 		t.Errorf("writes %q for an invalid VMI", got)
 	}
 	f.waitForKubeVirtWrites("patch virtualmachineinstances")
@@ -249,7 +232,7 @@ func TestSyncFailsARunningVMIWhosePodIsGone(t *testing.T) {
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 		t.Fatal(err)
 	}
-	if got := writes(f.kube.Actions()); len(got) != 0 {
+	if got := kvfake.Writes(f.kube.Actions()); len(got) != 0 {
 		t.Errorf("kube writes %q: a launcher pod is never created again after Pending", got)
 	}
 	f.waitForKubeVirtWrites("patch virtualmachineinstances")
@@ -269,7 +252,7 @@ func TestSyncDeletesTheLauncherPodOfADeletedVMI(t *testing.T) {
 		t.Fatal(err)
 	}
 	actions := f.kube.Actions()
-	if got := writes(actions); !slices.Equal(got, []string{"delete pods"}) {
+	if got := kvfake.Writes(actions); !slices.Equal(got, []string{"delete pods"}) {
 		t.Fatalf("writes %q, want the launcher pod deleted", got)
 	}
 	del := actions[len(actions)-1].(k8stesting.DeleteAction)

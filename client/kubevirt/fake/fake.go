@@ -108,3 +108,22 @@ func values[T any](items []*T) []T {
 	}
 	return out
 }
+
+// Writes lists the actions of any fake clientset that change something, as
+// "verb resource[/subresource]", in order: what a controller's unit test
+// asserts its sync sent.
+func Writes(actions []k8stesting.Action) []string {
+	var out []string
+	for _, a := range actions {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			continue
+		}
+		w := a.GetVerb() + " " + a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			w += "/" + a.GetSubresource()
+		}
+		out = append(out, w)
+	}
+	return out
+}

@@ -41,37 +41,14 @@ import (
 func (o *Options) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("identity", o.Identity)
 	ctx = klog.NewContext(ctx, logger)
-	registry := o.Registry
-	if registry == nil {
-		registry = prometheus.NewRegistry()
-	}
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	queuemetrics.Register(registry)
-
+	registry := o.registry()
 	stopProfiling, err := profiling.Start(profiling.Options{ServerAddress: o.PyroscopeAddress, Replica: o.Identity, UploadRate: o.PyroscopeUploadRate})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = stopProfiling() }()
 
-	cfg, err := o.restConfig()
-	if err != nil {
-		return err
-	}
-	clientmetrics.NewWrites(registry).Instrument(cfg)
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	kv, err := kubevirt.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	meta, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	c, err := o.clients(registry)
 	if err != nil {
 		return err
 	}
@@ -81,37 +58,107 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	shardMetrics := shard.NewMetrics(registry)
-
-	tmpl := template.DefaultOptions()
-	tmpl.LauncherImage = o.LauncherImage
-	tmpl.SidecarShimImage = o.SidecarShimImage
-	tmpl.RangeLabel = shard.LabelRange
-	clusterConfig, err := clusterconfig.NewWatcher(dyn, clusterconfig.Options{
+	cachesConfig := caches.Config{Kube: c.kube, KubeVirt: c.kv, Namespace: o.Watch, Ranges: ranges, Metrics: shardMetrics}
+	rangeCaches := caches.NewRanges(cachesConfig)
+	manager, err := o.manager(c.kube, ranges, rangeCaches, shardMetrics)
+	if err != nil {
+		return err
+	}
+	clusterConfig, err := clusterconfig.NewWatcher(c.dyn, clusterconfig.Options{
 		Namespace: o.KubeVirtNamespace, Arch: runtime.GOARCH, Metrics: clusterconfig.NewMetrics(registry),
 	})
 	if err != nil {
 		return err
 	}
-	templateObjects := caches.NewTemplateObjects(kube, meta, o.Watch)
 	// The controllers outlive ctx: the manager hands every range off
 	// before they stop.
-	controllerCtx, stopController := context.WithCancel(klog.NewContext(context.Background(), logger))
-	recorder := events.NewRecorder(controllerCtx, kubevirt.Scheme, kube.CoreV1(), events.Options{Metrics: events.NewMetrics(registry)})
+	controllerCtx, stopControllers := context.WithCancel(klog.NewContext(context.Background(), logger))
+	recorder := events.NewRecorder(controllerCtx, kubevirt.Scheme, c.kube.CoreV1(), events.Options{Metrics: events.NewMetrics(registry)})
 	defer func() {
-		stopController()
+		stopControllers()
 		recorder.Stop()
 	}()
-	reconcileMetrics := sharded.NewMetrics(registry)
-	cachesConfig := caches.Config{Kube: kube, KubeVirt: kv, Namespace: o.Watch, Ranges: ranges, Metrics: shardMetrics}
-	rangeCaches, clusterCaches := caches.NewRanges(cachesConfig), caches.NewCluster(cachesConfig)
-	// The manager is the controllers' fence; they register with the
-	// range caches it hands ranges to before it runs.
+	w := wiring{
+		clients: c, ranges: ranges, fence: manager, rangeCaches: rangeCaches, cluster: caches.NewCluster(cachesConfig),
+		objects: caches.NewTemplateObjects(c.kube, c.meta, o.Watch), clusterConfig: clusterConfig, recorder: recorder,
+		registry: registry, shardMetrics: shardMetrics, reconcileMetrics: sharded.NewMetrics(registry),
+	}
+	ctrls, err := o.controllers(w)
+	if err != nil {
+		return err
+	}
+	stopServing, err := o.serve(registry, c.kube, manager.Ready)
+	if err != nil {
+		return err
+	}
+	defer stopServing()
+
+	var wg sync.WaitGroup
+	var configErr error
+	wg.Go(func() { configErr = clusterConfig.Run(controllerCtx) })
+	if err := startCaches(ctx, controllerCtx, stopControllers, w, ctrls); err != nil {
+		stopControllers()
+		wg.Wait()
+		if errors.Is(err, errStoppedStarting) {
+			return configErr // stopped before it started: nothing to hand off
+		}
+		return errors.Join(err, configErr)
+	}
+	var runErr error
+	wg.Go(func() { runErr = ctrls.run(controllerCtx, o.Workers) })
+	logger.Info("Replica started", "namespace", o.Namespace, "ranges", o.RangeCount, "shardKey", o.ShardKey)
+	// The manager hands every range off (Releasing) before it returns; only
+	// then do the controllers' workers stop.
+	err = manager.Run(ctx)
+	stopControllers()
+	wg.Wait()
+	logger.Info("Replica stopped")
+	return errors.Join(err, runErr, configErr)
+}
+
+func (o *Options) registry() *prometheus.Registry {
+	registry := o.Registry
+	if registry == nil {
+		registry = prometheus.NewRegistry()
+	}
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	queuemetrics.Register(registry)
+	return registry
+}
+
+// clients are the replica's API clients; their writes are counted
+// client-side (virtshard_api_writes_total).
+type clients struct {
+	kube kubernetes.Interface
+	kv   *kubevirt.Clientset
+	meta metadata.Interface
+	dyn  dynamic.Interface
+}
+
+func (o *Options) clients(registry prometheus.Registerer) (clients, error) {
+	cfg, err := o.restConfig()
+	if err != nil {
+		return clients{}, err
+	}
+	clientmetrics.NewWrites(registry).Instrument(cfg)
+	var c clients
+	var errs [4]error
+	c.kube, errs[0] = kubernetes.NewForConfig(cfg)
+	c.kv, errs[1] = kubevirt.NewForConfig(cfg)
+	c.meta, errs[2] = metadata.NewForConfig(cfg)
+	c.dyn, errs[3] = dynamic.NewForConfig(cfg)
+	return c, errors.Join(errs[:]...)
+}
+
+// manager is the replica's shard manager, which hands ranges to the range
+// caches and is every controller's fence.
+func (o *Options) manager(kube kubernetes.Interface, ranges shard.Ranges, rangeCaches *caches.Ranges, metrics *shard.Metrics) (*shard.Manager, error) {
 	// Without warm caches the manager sees a plain Handler, no Preparer.
 	var handler shard.Handler = rangeCaches
 	if !o.WarmCaches {
 		handler = struct{ shard.Handler }{rangeCaches}
 	}
-	manager, err := shard.NewManager(shard.Config{
+	return shard.NewManager(shard.Config{
 		Client:        kube,
 		Namespace:     o.Namespace,
 		Name:          o.Name,
@@ -122,84 +169,119 @@ func (o *Options) Run(ctx context.Context) error {
 		RetryPeriod:   o.RetryPeriod,
 		SuspectAfter:  o.SuspectAfter,
 		Handler:       handler,
-		Metrics:       shardMetrics,
+		Metrics:       metrics,
 	})
-	if err != nil {
-		return err
-	}
-	controller, err := vmi.New(vmi.Config{
-		Kube: kube, KubeVirt: kv, Metadata: meta, Dynamic: dyn,
-		Fence:            manager,
+}
+
+// wiring is what the replica gives its controllers.
+type wiring struct {
+	clients
+	ranges           shard.Ranges
+	fence            sharded.Fence
+	rangeCaches      *caches.Ranges
+	cluster          *caches.Cluster
+	objects          *caches.TemplateObjects
+	clusterConfig    *clusterconfig.Watcher
+	recorder         *events.Recorder
+	registry         *prometheus.Registry
+	shardMetrics     *shard.Metrics
+	reconcileMetrics *sharded.Metrics
+}
+
+// replicaControllers are the replica's controllers.
+type replicaControllers struct {
+	vmi       *vmi.Controller
+	vm        *vm.Controller
+	migration *migration.Controller
+	node      *node.Controller
+}
+
+// controllers builds every controller; each registers with the range
+// caches, which the manager hands ranges to once it runs.
+func (o *Options) controllers(w wiring) (*replicaControllers, error) {
+	tmpl := template.DefaultOptions()
+	tmpl.LauncherImage = o.LauncherImage
+	tmpl.SidecarShimImage = o.SidecarShimImage
+	tmpl.RangeLabel = shard.LabelRange
+	var c replicaControllers
+	var err error
+	c.vmi, err = vmi.New(vmi.Config{
+		Kube: w.kube, KubeVirt: w.kv, Metadata: w.meta, Dynamic: w.dyn,
+		Fence:            w.fence,
 		Namespace:        o.Watch,
-		Ranges:           ranges,
-		Caches:           rangeCaches,
-		Cluster:          clusterCaches,
+		Ranges:           w.ranges,
+		Caches:           w.rangeCaches,
+		Cluster:          w.cluster,
 		Options:          tmpl,
-		ClusterConfig:    clusterConfig,
-		Objects:          templateObjects,
+		ClusterConfig:    w.clusterConfig,
+		Objects:          w.objects,
 		LazyStatusWait:   o.LazyStatus,
 		BusyStatusWait:   o.BusyStatus,
 		BusyDepth:        o.BusyDepth,
 		UrgentStatusWait: o.UrgentStatus,
 		StatusWorkers:    o.StatusWorkers,
-		Metrics:          vmi.NewMetrics(registry),
-		ShardMetrics:     shardMetrics,
-		StatusMetrics:    status.NewMetrics(registry),
-		Recorder:         recorder,
-		ReconcileMetrics: reconcileMetrics,
+		Metrics:          vmi.NewMetrics(w.registry),
+		ShardMetrics:     w.shardMetrics,
+		StatusMetrics:    status.NewMetrics(w.registry),
+		Recorder:         w.recorder,
+		ReconcileMetrics: w.reconcileMetrics,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	vmi.RegisterGauges(registry, controller)
-	vmController, err := vm.New(vm.Config{
-		Kube: kube, KubeVirt: kv,
-		Fence:            manager,
-		Ranges:           ranges,
-		Caches:           rangeCaches,
+	vmi.RegisterGauges(w.registry, c.vmi)
+	c.vm, err = vm.New(vm.Config{
+		Kube: w.kube, KubeVirt: w.kv,
+		Fence:            w.fence,
+		Ranges:           w.ranges,
+		Caches:           w.rangeCaches,
 		MaxStartBackoff:  o.MaxStartBackoff,
-		Recorder:         recorder,
-		ReconcileMetrics: reconcileMetrics,
+		Recorder:         w.recorder,
+		ReconcileMetrics: w.reconcileMetrics,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	migrationController, err := migration.New(migration.Config{
-		Kube: kube, KubeVirt: kv,
-		Fence:                manager,
-		Ranges:               ranges,
-		Caches:               rangeCaches,
-		Cluster:              clusterCaches,
+	c.migration, err = migration.New(migration.Config{
+		Kube: w.kube, KubeVirt: w.kv,
+		Fence:                w.fence,
+		Ranges:               w.ranges,
+		Caches:               w.rangeCaches,
+		Cluster:              w.cluster,
 		Namespace:            o.Namespace,
 		Name:                 o.Name,
 		Limits:               migration.Limits{PerCluster: o.MigrationsPerCluster, PerNode: o.OutboundMigrationsPerNode},
 		UnschedulableTimeout: o.MigrationUnschedulableTimeout,
 		PendingTimeout:       o.MigrationPendingTimeout,
 		Options:              tmpl,
-		ClusterConfig:        clusterConfig,
-		Objects:              templateObjects,
-		Recorder:             recorder,
-		ReconcileMetrics:     reconcileMetrics,
+		ClusterConfig:        w.clusterConfig,
+		Objects:              w.objects,
+		Recorder:             w.recorder,
+		ReconcileMetrics:     w.reconcileMetrics,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	nodeController, err := node.New(node.Config{
-		Kube: kube, KubeVirt: kv,
-		Fence:            manager,
-		Ranges:           ranges,
-		Caches:           rangeCaches,
-		Cluster:          clusterCaches,
+	c.node, err = node.New(node.Config{
+		Kube: w.kube, KubeVirt: w.kv,
+		Fence:            w.fence,
+		Ranges:           w.ranges,
+		Caches:           w.rangeCaches,
+		Cluster:          w.cluster,
 		GracePeriod:      o.NodeGracePeriod,
 		DrainTaintKey:    o.DrainTaintKey,
-		ClusterConfig:    clusterConfig,
-		Recorder:         recorder,
-		ReconcileMetrics: reconcileMetrics,
+		ClusterConfig:    w.clusterConfig,
+		Recorder:         w.recorder,
+		ReconcileMetrics: w.reconcileMetrics,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return &c, nil
+}
 
+// serve starts the replica's HTTP endpoint and returns its stop.
+func (o *Options) serve(registry *prometheus.Registry, kube kubernetes.Interface, ready func() bool) (func(), error) {
 	server, err := serving.Start(serving.Options{
 		Address:  o.Address,
 		Listener: o.Listener,
@@ -209,70 +291,58 @@ func (o *Options) Run(ctx context.Context) error {
 		KeyFile:  o.TLSKeyFile,
 		Pprof:    o.Pprof,
 		Metrics:  promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
-		Ready:    manager.Ready,
+		Ready:    ready,
 	})
 	if err != nil {
-		return fmt.Errorf("serve on %s: %w", o.Address, err)
+		return nil, fmt.Errorf("serve on %s: %w", o.Address, err)
 	}
-	defer func() {
+	return func() {
 		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = server.Shutdown(shutdown)
-	}()
+	}, nil
+}
 
-	var wg sync.WaitGroup
-	if err := clusterCaches.Run(controllerCtx); err != nil {
+// errStoppedStarting: the replica was stopped while its caches started.
+var errStoppedStarting = errors.New("stopped while starting")
+
+// startCaches runs the cluster-wide caches on controllerCtx and waits for
+// them, and for the KubeVirt CR, before any range is taken: until then the
+// controllers could not render a pod. If ctx (the replica's run) ends
+// first, it stops the controllers' context and returns errStoppedStarting.
+func startCaches(ctx, controllerCtx context.Context, stop func(), w wiring, c *replicaControllers) error {
+	if err := w.cluster.Run(controllerCtx); err != nil {
 		return err
 	}
-	if err := templateObjects.Run(controllerCtx); err != nil {
+	if err := w.objects.Run(controllerCtx); err != nil {
 		return err
 	}
-	var configErr error
-	wg.Go(func() { configErr = clusterConfig.Run(controllerCtx) })
-	if !cache.WaitForNamedCacheSync("kubevirt-config", controllerCtx.Done(), clusterConfig.HasSynced) {
-		stopController()
-		wg.Wait()
-		return fmt.Errorf("KubeVirt CR cache did not sync: %w", errors.Join(configErr, ctx.Err()))
+	if !cache.WaitForNamedCacheSync("kubevirt-config", controllerCtx.Done(), w.clusterConfig.HasSynced) {
+		return fmt.Errorf("KubeVirt CR cache did not sync: %w", ctx.Err())
 	}
 	started := make(chan error, 1)
-	go func() { started <- controller.Start(controllerCtx) }()
+	go func() { started <- c.vmi.Start(controllerCtx) }()
 	select {
 	case err := <-started:
-		if err != nil {
-			stopController()
-			wg.Wait()
-			return errors.Join(err, configErr)
-		}
+		return err
 	case <-ctx.Done():
-		stopController()
+		stop()
 		<-started
-		wg.Wait()
-		return configErr
+		return errStoppedStarting
 	}
-	// Every controller's error is kept, whichever ends first.
-	var runMu sync.Mutex
-	var runErrs []error
-	run := func(f func() error) {
-		wg.Go(func() {
-			if err := f(); err != nil {
-				runMu.Lock()
-				defer runMu.Unlock()
-				runErrs = append(runErrs, err)
-			}
-		})
+}
+
+// run runs every controller until ctx is done and returns all their
+// errors, whichever ends first.
+func (c *replicaControllers) run(ctx context.Context, workers int) error {
+	runs := []func(context.Context, int) error{c.vmi.Run, c.vm.Run, c.migration.Run, c.node.Run}
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, run := range runs {
+		wg.Go(func() { errs[i] = run(ctx, workers) })
 	}
-	run(func() error { return controller.Run(controllerCtx, o.Workers) })
-	run(func() error { return vmController.Run(controllerCtx, o.Workers) })
-	run(func() error { return migrationController.Run(controllerCtx, o.Workers) })
-	run(func() error { return nodeController.Run(controllerCtx, o.Workers) })
-	logger.Info("Replica started", "namespace", o.Namespace, "ranges", o.RangeCount, "shardKey", o.ShardKey)
-	// The manager hands every range off (Releasing) before it returns; only
-	// then do the controller's workers stop.
-	err = manager.Run(ctx)
-	stopController()
 	wg.Wait()
-	logger.Info("Replica stopped")
-	return errors.Join(err, errors.Join(runErrs...), configErr)
+	return errors.Join(errs...)
 }
 
 func (o *Options) restConfig() (*rest.Config, error) {
