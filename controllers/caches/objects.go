@@ -8,7 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -41,17 +44,27 @@ type TemplateObjects struct {
 	QuotaInformer     cache.SharedIndexInformer
 	// NADInformer is nil when the cluster does not serve Multus' CRD.
 	NADInformer cache.SharedIndexInformer
+	// DataVolumes are CDI's DataVolumes, trimmed to their phase and Ready
+	// condition (TrimDataVolume); nil when the cluster does not serve them.
+	DataVolumes cache.SharedIndexInformer
+
+	dynamic dynamic.Interface
 }
+
+// DataVolumeGVR is CDI's DataVolume; only its phase and Ready condition are
+// read, which every version CDI serves has alike.
+var DataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
 
 var _ template.Objects = (*TemplateObjects)(nil)
 
 // NewTemplateObjects returns the caches; Run starts them. namespace ""
-// watches all.
-func NewTemplateObjects(kube kubernetes.Interface, md metadata.Interface, namespace string) *TemplateObjects {
+// watches all; dyn reads DataVolumes, and may be nil for none.
+func NewTemplateObjects(kube kubernetes.Interface, md metadata.Interface, dyn dynamic.Interface, namespace string) *TemplateObjects {
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(namespace))
 	t := &TemplateObjects{
 		kube:              kube,
 		metadata:          md,
+		dynamic:           dyn,
 		namespace:         namespace,
 		PVCInformer:       factory.Core().V1().PersistentVolumeClaims().Informer(),
 		QuotaInformer:     factory.Core().V1().ResourceQuotas().Informer(),
@@ -82,8 +95,9 @@ func trimPVC(obj any) (any, error) {
 	return pvc, nil
 }
 
-// Run starts the caches, with the NADs' only if the cluster serves them,
-// and waits until they synced.
+// Run starts the caches, with the NADs' and the DataVolumes' only if the
+// cluster serves them, and waits until they synced. Event handlers are
+// added before Run.
 func (t *TemplateObjects) Run(ctx context.Context) error {
 	if served, err := serves(t.kube, nadGVR); err != nil {
 		return err
@@ -91,19 +105,52 @@ func (t *TemplateObjects) Run(ctx context.Context) error {
 		t.NADInformer = metadatainformer.NewFilteredMetadataInformer(t.metadata, nadGVR, t.namespace, 0, cache.Indexers{}, nil).Informer()
 		_ = t.NADInformer.SetTransform(shard.TrimForCache)
 	}
-	synced := []cache.InformerSynced{t.PVCInformer.HasSynced, t.QuotaInformer.HasSynced, t.NamespaceInformer.HasSynced}
-	for _, i := range []cache.SharedIndexInformer{t.PVCInformer, t.QuotaInformer, t.NamespaceInformer, t.NADInformer} {
-		if i != nil {
-			go i.RunWithContext(ctx)
+	if t.dynamic != nil {
+		if served, err := serves(t.kube, DataVolumeGVR); err != nil {
+			return err
+		} else if served {
+			t.DataVolumes = dynamicinformer.NewFilteredDynamicInformer(t.dynamic, DataVolumeGVR, t.namespace, 0, cache.Indexers{}, nil).Informer()
+			_ = t.DataVolumes.SetTransform(TrimDataVolume)
 		}
 	}
-	if t.NADInformer != nil {
-		synced = append(synced, t.NADInformer.HasSynced)
+	var synced []cache.InformerSynced
+	for _, i := range []cache.SharedIndexInformer{t.PVCInformer, t.QuotaInformer, t.NamespaceInformer, t.NADInformer, t.DataVolumes} {
+		if i != nil {
+			go i.RunWithContext(ctx)
+			synced = append(synced, i.HasSynced)
+		}
 	}
 	if !cache.WaitForNamedCacheSync("template-objects", ctx.Done(), synced...) {
 		return fmt.Errorf("template caches did not sync: %w", ctx.Err())
 	}
 	return nil
+}
+
+// TrimDataVolume keeps a DataVolume's name, namespace, UID,
+// resourceVersion, phase and Ready condition status: all a VMI waits on.
+func TrimDataVolume(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	status := map[string]any{}
+	if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase != "" {
+		status["phase"] = phase
+	}
+	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			if s, ok := m["status"].(string); ok {
+				status["conditions"] = []any{map[string]any{"type": "Ready", "status": s}}
+			}
+		}
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
+		"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace(),
+			"uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()},
+		"status": status,
+	}}, nil
 }
 
 // serves tells whether the API server serves gvr, through discovery.

@@ -68,6 +68,10 @@ type Range struct {
 	// VMs are the VirtualMachines whose key hashes into the range.
 	VMs cache.SharedIndexInformer
 
+	// written overlays the caches with the replica's own writes
+	// (LatestVMI, WroteVMI, LatestVM, WroteVM).
+	written *written
+
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 }
@@ -275,6 +279,7 @@ func (c *Ranges) start(i int) (*Range, error) {
 			return nil, err
 		}
 	}
+	r.written = newWritten(c.cfg.Ranges, r)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	for _, inf := range informers {

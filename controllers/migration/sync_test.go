@@ -65,7 +65,7 @@ func newFixture(t *testing.T, kubeObjects []runtime.Object, kvObjects ...runtime
 	cc := caches.Config{Kube: f.kube, KubeVirt: f.kv, Ranges: ranges}
 	rangeCaches := caches.NewRanges(cc)
 	f.cluster = caches.NewCluster(cc)
-	objects := caches.NewTemplateObjects(f.kube, metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme()), "")
+	objects := caches.NewTemplateObjects(f.kube, metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme()), nil, "")
 	f.c, err = New(Config{Kube: f.kube, KubeVirt: f.kv, Fence: f, Ranges: ranges, Caches: rangeCaches, Cluster: f.cluster,
 		Namespace: "virtshard", Name: "virtshard", Options: template.DefaultOptions(),
 		ClusterConfig: staticConfig{clusterconfig.DefaultConfig("amd64")}, Objects: objects, Recorder: record.NewFakeRecorder(100)})

@@ -2,7 +2,6 @@ package vm
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -48,11 +47,6 @@ type Controller struct {
 	cfg          Config
 	rt           *sharded.Runtime
 	expectations *expectations.Expectations
-	// written[i] overlays range i's VM cache with the objects our own
-	// writes returned until the informer catches up, so that a status
-	// written a moment ago (a start failure, a consumed request) is not
-	// acted on as if it were not. Nil while the range is not held.
-	written []atomic.Pointer[cache.MutationCache]
 }
 
 // item is a queued VM: its range and namespace/name.
@@ -70,7 +64,6 @@ func New(cfg Config) (*Controller, error) {
 		cfg:          cfg,
 		rt:           sharded.New(sharded.Config{Name: "vm", Ranges: cfg.Ranges.Count(), Fence: cfg.Fence, Clock: cfg.Clock, Metrics: cfg.ReconcileMetrics}),
 		expectations: expectations.New(cfg.Ranges.Count(), cfg.Clock),
-		written:      make([]atomic.Pointer[cache.MutationCache], cfg.Ranges.Count()),
 	}
 	return c, cfg.Caches.Register(c, nil, nil, nil)
 }
@@ -85,9 +78,6 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // Acquired implements caches.Consumer: watch range r's VMs and VMIs; the
 // informers replay what they hold, which queues every VM of the range.
 func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
-	written := cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), r.VMs.GetStore(),
-		cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 100000})
-	c.written[r.Index].Store(&written)
 	c.rt.Acquired(r.Index)
 	if _, err := r.VMs.AddEventHandler(c.vmHandler(r.Index)); err != nil {
 		return err
@@ -100,13 +90,12 @@ func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
 func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
 	c.rt.Releasing(ctx, i)
 	c.expectations.DropRange(i)
-	c.written[i].Store(nil)
 }
 
 // wrote records a VM our write returned, for the next syncs of its range.
 func (c *Controller) wrote(rng int, vm *virtv1.VirtualMachine) {
-	if written := c.written[rng].Load(); written != nil {
-		(*written).Mutation(vm)
+	if r := c.cfg.Caches.Get(rng); r != nil {
+		r.WroteVM(vm)
 	}
 }
 

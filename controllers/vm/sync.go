@@ -42,11 +42,14 @@ type observed struct {
 // sync reconciles one VM. It returns how long to wait before the next sync
 // when time alone will change the answer (a start backoff).
 func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
-	r, written := c.cfg.Caches.Get(it.Range), c.written[it.Range].Load()
-	if r == nil || written == nil {
+	r := c.cfg.Caches.Get(it.Range)
+	if r == nil {
 		return 0, nil
 	}
-	obj, exists, err := (*written).GetByKey(it.Key)
+	// The latest copy: what a write of ours returned a moment ago, while
+	// the informer lags, so that a start failure or a consumed request is
+	// not acted on as if it were not.
+	cached, exists, err := r.LatestVM(it.Key)
 	if err != nil {
 		return 0, err
 	}
@@ -63,7 +66,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		return 0, nil
 	}
 	// A copy: the sync goes on from what its own writes return.
-	o := observed{vm: obj.(*virtv1.VirtualMachine).DeepCopy()}
+	o := observed{vm: cached.DeepCopy()}
 	vmi, _, err := r.VMIs.Get(it.Key)
 	if err != nil {
 		return 0, err

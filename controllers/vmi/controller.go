@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
@@ -44,8 +40,6 @@ type Config struct {
 	Kube     kubernetes.Interface
 	KubeVirt kubevirt.Interface
 	Metadata metadata.Interface
-	// Dynamic reads CDI DataVolumes, when the cluster has them.
-	Dynamic dynamic.Interface
 	// Fence admits syncs and writes of the ranges this replica holds.
 	Fence sharded.Fence
 	// Namespace restricts the controller to one namespace; "" watches all.
@@ -86,24 +80,11 @@ type Controller struct {
 	expectations *expectations.Expectations
 	batcher      *status.Batcher[*virtv1.VirtualMachineInstance]
 
-	// written[i] overlays range i's VMI caches (labelled, unlabelled) with
-	// the objects our own patches returned until the informers catch up,
-	// so that the next patch of a VMI starts from its latest
-	// resourceVersion instead of conflicting. Nil while the range is not
-	// held.
-	written []atomic.Pointer[[2]cache.MutationCache]
-
 	// gatesSent maps a launcher pod's UID to the unpaused condition
 	// (true: unpaused) our last readiness-gate patch set, until the pod
 	// cache shows it: a sync meanwhile sends no second patch.
 	gatesSent sync.Map
-	// dataVolumes is nil when the cluster has no CDI DataVolume CRD.
-	dataVolumes cache.SharedIndexInformer
 }
-
-// dataVolumeGVR is CDI's DataVolume; only its phase and Ready condition
-// are read.
-var dataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
 
 // item is a queued VMI: its range and namespace/name.
 type item = sharded.Item
@@ -115,7 +96,6 @@ func New(cfg Config) (*Controller, error) {
 		cfg:          cfg,
 		rt:           sharded.New(sharded.Config{Name: "vmi", Ranges: cfg.Ranges.Count(), Fence: cfg.Fence, Metrics: cfg.ReconcileMetrics}),
 		expectations: expectations.New(cfg.Ranges.Count(), clock.RealClock{}),
-		written:      make([]atomic.Pointer[[2]cache.MutationCache], cfg.Ranges.Count()),
 	}
 	c.batcher = status.New(status.Config[*virtv1.VirtualMachineInstance]{
 		Name:    "vmi",
@@ -157,9 +137,9 @@ func (c *Controller) LongestInPhase() map[virtv1.VirtualMachineInstancePhase]tim
 	return longestInWaitingPhase(c.cfg.Caches.VMIs(), time.Now())
 }
 
-// Start watches the cluster-wide objects VMIs wait for (claims,
-// migrations, DataVolumes where CDI is served) until ctx is done, and
-// returns once they are cached; Run may follow.
+// Start follows the cluster-wide objects VMIs wait for (claims,
+// migrations, DataVolumes where CDI is served; cfg.Objects and cfg.Cluster
+// run them) and returns once they are cached; Run may follow.
 func (c *Controller) Start(ctx context.Context) error {
 	if _, err := c.cfg.Objects.PVCInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvcAdded}); err != nil {
 		return err
@@ -180,10 +160,19 @@ func (c *Controller) Start(ctx context.Context) error {
 		return err
 	}
 	synced := []cache.InformerSynced{c.cfg.Objects.PVCInformer.HasSynced, c.cfg.Cluster.Migrations.HasSynced}
-	if dv, err := c.startDataVolumes(ctx); err != nil {
-		return err
-	} else if dv != nil {
-		synced = append(synced, dv.HasSynced)
+	if dvs := c.cfg.Objects.DataVolumes; dvs != nil {
+		changed := func(obj any) {
+			if m, err := meta.Accessor(obj); err == nil {
+				c.claimChanged(m.GetNamespace() + "/" + m.GetName())
+			}
+		}
+		if _, err := dvs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    changed,
+			UpdateFunc: func(_, obj any) { changed(obj) },
+		}); err != nil {
+			return err
+		}
+		synced = append(synced, dvs.HasSynced)
 	}
 	if !cache.WaitForNamedCacheSync("vmi-cluster", ctx.Done(), synced...) {
 		return fmt.Errorf("cluster-wide caches did not sync: %w", ctx.Err())
@@ -206,12 +195,6 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 
 // Acquired implements caches.Consumer: watch range r and queue its VMIs.
 func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
-	var written [2]cache.MutationCache
-	for k, store := range r.VMIs.Stores() {
-		written[k] = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), store,
-			cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 100000})
-	}
-	c.written[r.Index].Store(&written)
 	c.rt.Acquired(r.Index)
 	// New handlers are replayed what the informers hold: every VMI of the
 	// range is queued.
@@ -238,7 +221,6 @@ func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
 	// handoff for as long as those patches take under load.
 	c.batcher.DropRange(i)
 	c.expectations.DropRange(i)
-	c.written[i].Store(nil)
 }
 
 func claimIndex(obj any) ([]string, error) {
@@ -250,33 +232,28 @@ func claimIndex(obj any) ([]string, error) {
 	return keys, nil
 }
 
+// cachedVMI is the latest copy of a VMI of range rng the replica knows:
+// its own last patch's, until the informer catches up, so that the next
+// patch starts from the latest resourceVersion instead of conflicting.
 func (c *Controller) cachedVMI(rng int, key string) (*virtv1.VirtualMachineInstance, error) {
-	written := c.written[rng].Load()
-	if written == nil {
+	r := c.cfg.Caches.Get(rng)
+	if r == nil {
 		return nil, errRangeNotHeld
 	}
-	for _, overlay := range written {
-		obj, exists, err := overlay.GetByKey(key)
-		if err != nil {
-			return nil, err
-		}
-		if exists {
-			return obj.(*virtv1.VirtualMachineInstance), nil
-		}
+	vmi, exists, err := r.LatestVMI(key)
+	if err != nil {
+		return nil, err
 	}
-	return nil, notFound(key)
+	if !exists {
+		return nil, notFound(key)
+	}
+	return vmi, nil
 }
 
 // patched records a VMI our batcher wrote, for cachedVMI.
 func (c *Controller) patched(vmi *virtv1.VirtualMachineInstance) {
-	written := c.written[c.cfg.Ranges.Owner(vmi)].Load()
-	if written == nil {
-		return
-	}
-	if _, labelled := c.cfg.Ranges.Labelled(vmi); labelled {
-		written[0].Mutation(vmi)
-	} else {
-		written[1].Mutation(vmi)
+	if r := c.cfg.Caches.Get(c.cfg.Ranges.Owner(vmi)); r != nil {
+		r.WroteVMI(vmi)
 	}
 }
 
@@ -307,42 +284,6 @@ func (c *Controller) podHandler(rng int) cache.ResourceEventHandler {
 		},
 		Deleted: func(rng int, key string, pod *corev1.Pod) { c.expectations.DeletionObserved(rng, key, pod.UID) },
 	})
-}
-
-// startDataVolumes starts a cluster-wide cache of DataVolume states if the
-// cluster serves CDI's DataVolumes; without CDI it returns nil and
-// DataVolume volumes are judged by their PVC alone.
-func (c *Controller) startDataVolumes(ctx context.Context) (cache.SharedIndexInformer, error) {
-	resources, err := c.cfg.Kube.Discovery().ServerResourcesForGroupVersion(dataVolumeGVR.GroupVersion().String())
-	if err != nil || c.cfg.Dynamic == nil {
-		return nil, nil // no CDI: nothing to watch
-	}
-	served := false
-	for _, r := range resources.APIResources {
-		served = served || r.Name == dataVolumeGVR.Resource
-	}
-	if !served {
-		return nil, nil
-	}
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.cfg.Dynamic, 0, c.cfg.Namespace, nil)
-	informer := factory.ForResource(dataVolumeGVR).Informer()
-	if err := informer.SetTransform(keepDataVolumeStatus); err != nil {
-		return nil, err
-	}
-	changed := func(obj any) {
-		if m, err := meta.Accessor(obj); err == nil {
-			c.claimChanged(m.GetNamespace() + "/" + m.GetName())
-		}
-	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    changed,
-		UpdateFunc: func(_, obj any) { changed(obj) },
-	}); err != nil {
-		return nil, err
-	}
-	c.dataVolumes = informer
-	go informer.RunWithContext(ctx)
-	return informer, nil
 }
 
 // enqueueKey queues the VMI key if a range this replica acts on has it.

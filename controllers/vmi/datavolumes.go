@@ -40,30 +40,6 @@ func (d dataVolume) populated() bool {
 	return d.phase == dvSucceeded || d.phase == dvPendingPopulation
 }
 
-// keepDataVolumeStatus keeps a DataVolume's name, namespace, phase and
-// Ready condition status only, as dataVolumeFrom reads them.
-func keepDataVolumeStatus(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	d := dataVolumeFrom(u)
-	status := map[string]any{}
-	if d.phase != "" {
-		status["phase"] = d.phase
-	}
-	if d.ready != corev1.ConditionUnknown {
-		status["conditions"] = []any{map[string]any{"type": "Ready", "status": string(d.ready)}}
-	}
-	trimmed := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
-		"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace(),
-			"uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()},
-		"status": status,
-	}}
-	return trimmed, nil
-}
-
 // dataVolumeFrom reads a DataVolume: its phase and the status of its
 // Ready condition.
 func dataVolumeFrom(u *unstructured.Unstructured) dataVolume {
@@ -86,7 +62,7 @@ func dataVolumeFrom(u *unstructured.Unstructured) dataVolume {
 // claims of PVC volumes (ListDataVolumesFromVolumes). It lists none on a
 // cluster without CDI.
 func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVolume {
-	if c.dataVolumes == nil {
+	if c.cfg.Objects.DataVolumes == nil {
 		return nil
 	}
 	var out []dataVolume
@@ -105,7 +81,7 @@ func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVol
 		if name == "" {
 			continue
 		}
-		if obj, exists, _ := c.dataVolumes.GetStore().GetByKey(vmi.Namespace + "/" + name); exists {
+		if obj, exists, _ := c.cfg.Objects.DataVolumes.GetStore().GetByKey(vmi.Namespace + "/" + name); exists {
 			out = append(out, dataVolumeFrom(obj.(*unstructured.Unstructured)))
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/caches"
 )
 
 // The expected conditions are what KubeVirt v1.8.1's
@@ -49,8 +51,9 @@ func TestSetDataVolumesReady(t *testing.T) {
 	}
 }
 
-// What the cache keeps of a DataVolume is what the controller reads back.
-func TestKeepDataVolumeStatus(t *testing.T) {
+// What the cache keeps of a DataVolume (caches.TrimDataVolume) reads back
+// as the full one does.
+func TestTrimmedDataVolumeReadsAsTheFullOne(t *testing.T) {
 	full := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
 		"metadata": map[string]any{"name": "root", "namespace": "ns", "uid": "u", "resourceVersion": "7",
@@ -61,7 +64,7 @@ func TestKeepDataVolumeStatus(t *testing.T) {
 			map[string]any{"type": "Ready", "status": "False", "reason": "TransferRunning", "message": "Import in progress"},
 		}},
 	}}
-	obj, err := keepDataVolumeStatus(full)
+	obj, err := caches.TrimDataVolume(full)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +77,7 @@ func TestKeepDataVolumeStatus(t *testing.T) {
 		t.Errorf("read back %+v, want %+v", got, want)
 	}
 	bare := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "new", "namespace": "ns"}}}
-	obj, _ = keepDataVolumeStatus(bare)
+	obj, _ = caches.TrimDataVolume(bare)
 	if got := dataVolumeFrom(obj.(*unstructured.Unstructured)); got != (dataVolume{name: "new", ready: corev1.ConditionUnknown}) {
 		t.Errorf("a DataVolume with no status read back as %+v, want no phase, Ready Unknown", got)
 	}

@@ -68,7 +68,7 @@ func (c *Controller) launcher(pod *corev1.Pod, pods []*corev1.Pod) launcher {
 		image:          c.cfg.Options.LauncherImage,
 		memoryOverhead: c.cfg.ClusterConfig.Current().VmiMemoryOverheadReportEnabled(),
 	}
-	if c.dataVolumes != nil {
+	if c.cfg.Objects.DataVolumes != nil {
 		l.dataVolumes = c.dataVolumesOf
 	}
 	return l

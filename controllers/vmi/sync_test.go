@@ -74,7 +74,7 @@ func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	cc := caches.Config{Kube: f.kube, KubeVirt: f.kv, Ranges: ranges}
 	rangeCaches, cluster := caches.NewRanges(cc), caches.NewCluster(cc)
 	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
-	objectCaches := caches.NewTemplateObjects(f.kube, md, "")
+	objectCaches := caches.NewTemplateObjects(f.kube, md, nil, "")
 	f.c, err = New(Config{
 		Kube: f.kube, KubeVirt: f.kv, Metadata: md, Fence: f.fence, Ranges: ranges,
 		Caches: rangeCaches, Cluster: cluster, Options: template.DefaultOptions(),
@@ -269,4 +269,28 @@ func newFixturePod(t *testing.T, vmi *virtv1.VirtualMachineInstance) *corev1.Pod
 	}
 	f := &fixture{t: t, ranges: ranges}
 	return f.launcherPod(vmi, corev1.PodRunning)
+}
+
+func TestSyncRestoresAnEditedRangeLabelInsteadOfFailingTheVMI(t *testing.T) {
+	vmi := newVMI("a")
+	vmi.Status.Phase = virtv1.Running
+	vmi.Status.NodeName = "node-1"
+	pod := newFixturePod(t, vmi)
+	pod.Labels[shard.LabelRange] = "edited" // out of the range's cache
+	f := newFixture(t, vmi, pod)
+	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	actions := f.kube.Actions()
+	if got := kvfake.Writes(actions); !slices.Equal(got, []string{"patch pods"}) {
+		t.Fatalf("kube writes %q, want the range label patched back", got)
+	}
+	patch := string(actions[len(actions)-1].(k8stesting.PatchAction).GetPatch())
+	want := fmt.Sprintf(`{"metadata":{"uid":"pod-uid","resourceVersion":"1","labels":{"%s":"%d"}}}`, shard.LabelRange, f.ranges.Owner(vmi))
+	if patch != want {
+		t.Errorf("patch %s, want %s: the label, at the pod's UID and resourceVersion", patch, want)
+	}
+	if got := kvfake.Writes(f.kv.Actions()); len(got) != 0 {
+		t.Errorf("KubeVirt writes %q: the VMI must not fail for an edited label", got)
+	}
 }

@@ -80,7 +80,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}()
 	w := wiring{
 		clients: c, ranges: ranges, fence: manager, rangeCaches: rangeCaches, cluster: caches.NewCluster(cachesConfig),
-		objects: caches.NewTemplateObjects(c.kube, c.meta, o.Watch), clusterConfig: clusterConfig, recorder: recorder,
+		objects: caches.NewTemplateObjects(c.kube, c.meta, c.dyn, o.Watch), clusterConfig: clusterConfig, recorder: recorder,
 		registry: registry, shardMetrics: shardMetrics, reconcileMetrics: sharded.NewMetrics(registry),
 	}
 	ctrls, err := o.controllers(w)
@@ -206,7 +206,7 @@ func (o *Options) controllers(w wiring) (*replicaControllers, error) {
 	var c replicaControllers
 	var err error
 	c.vmi, err = vmi.New(vmi.Config{
-		Kube: w.kube, KubeVirt: w.kv, Metadata: w.meta, Dynamic: w.dyn,
+		Kube: w.kube, KubeVirt: w.kv, Metadata: w.meta,
 		Fence:            w.fence,
 		Namespace:        o.Watch,
 		Ranges:           w.ranges,
