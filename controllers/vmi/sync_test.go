@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
@@ -65,10 +66,8 @@ func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ranges, err := shard.NewRanges(4, shard.KeyUID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ranges := testRanges(t)
+	var err error
 	f := &fixture{t: t, kube: kubefake.NewClientset(kubeObjects...), kv: kvfake.NewClientset(kvObjects...), ranges: ranges,
 		recorder: record.NewFakeRecorder(100), fence: &fence{}}
 	cc := caches.Config{Kube: f.kube, KubeVirt: f.kv, Ranges: ranges}
@@ -109,7 +108,7 @@ func (f *fixture) item(vmi *virtv1.VirtualMachineInstance) item {
 	return item{Range: f.ranges.Owner(vmi), Key: vmi.Namespace + "/" + vmi.Name}
 }
 
-// waitForWrites waits until the KubeVirt fake recorded want (the status
+// waitForKubeVirtWrites waits until the KubeVirt fake recorded want (the status
 // batcher writes on its own goroutine).
 func (f *fixture) waitForKubeVirtWrites(want ...string) {
 	f.t.Helper()
@@ -123,23 +122,34 @@ func (f *fixture) waitForKubeVirtWrites(want ...string) {
 
 func newVMI(name string) *virtv1.VirtualMachineInstance {
 	return &virtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: "uid-" + "name", ResourceVersion: "1"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1"},
 		Spec: virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 		}}},
 	}
 }
 
-// launcherPod is the pod the controller renders for vmi, as created.
-func (f *fixture) launcherPod(vmi *virtv1.VirtualMachineInstance, phase corev1.PodPhase) *corev1.Pod {
-	f.t.Helper()
-	pod, err := template.Render(vmi, f.ranges.Owner(vmi), template.DefaultOptions(), clusterconfig.DefaultConfig("amd64"), nil)
+// runningLauncherPod is the pod the controller renders for vmi, created
+// and running.
+func runningLauncherPod(t *testing.T, vmi *virtv1.VirtualMachineInstance) *corev1.Pod {
+	t.Helper()
+	pod, err := template.Render(vmi, testRanges(t).Owner(vmi), template.DefaultOptions(), clusterconfig.DefaultConfig("amd64"), nil)
 	if err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
 	pod.UID, pod.ResourceVersion = "pod-uid", "1"
-	pod.Status.Phase = phase
+	pod.Status.Phase = corev1.PodRunning
 	return pod
+}
+
+// testRanges are the fixture's ranges.
+func testRanges(t *testing.T) shard.Ranges {
+	t.Helper()
+	ranges, err := shard.NewRanges(4, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ranges
 }
 
 func TestSyncCreatesTheLauncherPodOfAPendingVMI(t *testing.T) {
@@ -247,7 +257,7 @@ func TestSyncDeletesTheLauncherPodOfADeletedVMI(t *testing.T) {
 	vmi.Status.Phase = virtv1.Running
 	vmi.Finalizers = []string{virtv1.VirtualMachineInstanceFinalizer}
 	vmi.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	f := newFixture(t, vmi, newFixturePod(t, vmi))
+	f := newFixture(t, vmi, runningLauncherPod(t, vmi))
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 		t.Fatal(err)
 	}
@@ -261,21 +271,11 @@ func TestSyncDeletesTheLauncherPodOfADeletedVMI(t *testing.T) {
 	}
 }
 
-// newFixturePod is vmi's running launcher pod.
-func newFixturePod(t *testing.T, vmi *virtv1.VirtualMachineInstance) *corev1.Pod {
-	ranges, err := shard.NewRanges(4, shard.KeyUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, ranges: ranges}
-	return f.launcherPod(vmi, corev1.PodRunning)
-}
-
 func TestSyncRestoresAnEditedRangeLabelInsteadOfFailingTheVMI(t *testing.T) {
 	vmi := newVMI("a")
 	vmi.Status.Phase = virtv1.Running
 	vmi.Status.NodeName = "node-1"
-	pod := newFixturePod(t, vmi)
+	pod := runningLauncherPod(t, vmi)
 	pod.Labels[shard.LabelRange] = "edited" // out of the range's cache
 	f := newFixture(t, vmi, pod)
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {

@@ -43,14 +43,7 @@ func TestStalledReplicaSendsNothingAfterItsFenceDeadline(t *testing.T) {
 	ns := clustertest.Namespace(t)
 	dir := t.TempDir()
 
-	start, err := opts.AuditLogEnd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	audited := filepath.Join(dir, "kubeconfig")
-	if err := opts.WriteAuditedKubeconfig(audited); err != nil {
-		t.Fatal(err)
-	}
+	start, kubeconfig := audited(t, opts, dir)
 	server, err := url.Parse(clustertest.Config(t).Host)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +54,7 @@ func TestStalledReplicaSendsNothingAfterItsFenceDeadline(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	proxied := filepath.Join(dir, "kubeconfig-proxied")
-	if err := faults.RedirectKubeconfig(audited, proxied, proxy.Addr()); err != nil {
+	if err := faults.RedirectKubeconfig(kubeconfig, proxied, proxy.Addr()); err != nil {
 		t.Fatal(err)
 	}
 	timings := []string{"--lease-duration=" + fenceLease.String(), "--renew-deadline=3s", "--retry-period=1s"}
@@ -75,7 +68,7 @@ func TestStalledReplicaSendsNothingAfterItsFenceDeadline(t *testing.T) {
 		return r
 	}
 	stalled := startReplica("stalled", proxied)
-	steady := startReplica("steady", audited)
+	steady := startReplica("steady", kubeconfig)
 	for _, r := range []*replicas.Replica{stalled, steady} {
 		waitForMetric(t, r, "virtshard_shard_ranges_active", nil, func(v float64) bool { return v > 0 })
 	}

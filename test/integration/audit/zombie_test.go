@@ -37,16 +37,7 @@ func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
 	ns := clustertest.Namespace(t)
 	dir := t.TempDir()
 
-	// The replicas authenticate as the one user the cluster's API server
-	// audits; the run's events follow what the audit log already holds.
-	start, err := opts.AuditLogEnd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := opts.WriteAuditedKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	start, kubeconfig := audited(t, opts, dir)
 	var procs []*replicas.Replica
 	for i := range 3 {
 		r, err := replicas.Start(replicas.Options{Binary: clustertest.ControllerBinary(t), Kubeconfig: kubeconfig,
@@ -108,6 +99,22 @@ func TestZombieReplicaMakesNoFencedWrite(t *testing.T) {
 	if len(res.Violations) > 0 {
 		logLeaseWrites(t, opts, start, ns, res.Violations)
 	}
+}
+
+// audited returns where the audit log ends now (the run's events follow)
+// and a kubeconfig in dir for the one user the cluster's API server audits,
+// which the replicas authenticate as.
+func audited(t *testing.T, opts cluster.Options, dir string) (start int64, kubeconfig string) {
+	t.Helper()
+	start, err := opts.AuditLogEnd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := opts.WriteAuditedKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return start, kubeconfig
 }
 
 // logLeaseWrites logs every write to the Leases of the violated ranges, for
