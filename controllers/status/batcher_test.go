@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/sharded"
@@ -131,46 +131,96 @@ func waitPatches(t *testing.T, s *server, n int) {
 	}
 }
 
+// The tests about time drive a fake clock and call flush themselves, as the
+// batcher's queue would when a batch's wake-up comes: no timing, no sleeps.
+// The tests that Run the batcher check its queue and workers.
+
+// stopped returns a batcher on a fake clock that nothing runs.
+func stopped(cfg Config[*virtv1.VirtualMachineInstance]) (*Batcher[*virtv1.VirtualMachineInstance], *clocktesting.FakeClock) {
+	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	cfg.Clock = clock
+	b := New(cfg)
+	b.queue.ShutDown() // wake-ups are the test's to give
+	return b, clock
+}
+
+// flushAt moves the clock on by d and flushes key, failing t on an error.
+func flushAt(t *testing.T, b *Batcher[*virtv1.VirtualMachineInstance], clock *clocktesting.FakeClock, d time.Duration, key string) {
+	t.Helper()
+	clock.Step(d)
+	if err := b.flush(context.Background(), key); err != nil {
+		t.Fatalf("flush %s: %v", key, err)
+	}
+}
+
+// dueOf is when the batch of key is due, or the zero time with none.
+func (b *Batcher[T]) dueOf(key string) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p := b.pending[key]; p != nil {
+		return p.due
+	}
+	return time.Time{}
+}
+
 func TestLazyIntentRidesAlongWithTheNextUrgentOne(t *testing.T) {
 	s := newServer()
-	b := New(s.config(holdAll))
-	run(t, b)
+	b, clock := stopped(s.config(holdAll))
 	b.Enqueue(0, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduling))
 	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
-	waitPatches(t, s, 1)
-	time.Sleep(20 * time.Millisecond) // would a second patch follow?
-	if n := s.patchCount(); n != 1 {
-		t.Fatalf("%d patches, want the two intents in one", n)
+	flushAt(t, b, clock, 0, "ns/v")
+	if n := s.patchCount(); n != 0 {
+		t.Fatalf("%d patches before the urgent intent was due, want none", n)
 	}
+	flushAt(t, b, clock, time.Millisecond, "ns/v")
 	got := s.vmi.Status.PhaseTransitionTimestamps
-	if s.vmi.Status.Phase != virtv1.Scheduled || len(got) != 2 || got[0].Phase != virtv1.Scheduling {
-		t.Errorf("status after one patch: phase %s, transitions %v; want Scheduled with both phases recorded", s.vmi.Status.Phase, got)
+	if n := s.patchCount(); n != 1 || s.vmi.Status.Phase != virtv1.Scheduled || len(got) != 2 || got[0].Phase != virtv1.Scheduling {
+		t.Errorf("%d patches, phase %s, transitions %v; want one patch to Scheduled with both phases recorded", n, s.vmi.Status.Phase, got)
+	}
+	// The lazy intent's own wake-up, an hour on, finds nothing to write.
+	flushAt(t, b, clock, time.Hour, "ns/v")
+	if n := s.patchCount(); n != 1 {
+		t.Errorf("%d patches after the lazy intent's wake-up, want still the one", n)
 	}
 }
 
 func TestLazyIntentWaitsWhileBusy(t *testing.T) {
 	s := newServer()
 	cfg := s.config(holdAll)
-	var busy atomic.Bool
-	busy.Store(true)
-	cfg.LazyWait, cfg.BusyWait, cfg.BusyDepth = 5*time.Millisecond, 5*time.Millisecond, 100
+	busy := true
+	const lazy, busyWait = 5 * time.Millisecond, 50 * time.Millisecond
+	cfg.LazyWait, cfg.BusyWait, cfg.BusyDepth = lazy, busyWait, 100
 	cfg.Backlog = func() int {
-		if busy.Load() {
+		if busy {
 			return 100
 		}
 		return 0
 	}
-	b := New(cfg)
-	run(t, b)
+	b, clock := stopped(cfg)
 	b.EnqueueLazy(0, "ns/v", "uid-v", setPhase(virtv1.Scheduling))
-	time.Sleep(100 * time.Millisecond) // twenty lazy waits, all while busy
+	if due := b.dueOf("ns/v"); !due.Equal(clock.Now().Add(busyWait)) {
+		t.Fatalf("lazy intent enqueued while busy is due at %s, want after the busy wait (%s)", due, clock.Now().Add(busyWait))
+	}
+	// Twenty busy waits pass, all while busy: each time the batch comes
+	// due it is postponed by another.
+	for round := range 20 {
+		flushAt(t, b, clock, busyWait, "ns/v")
+		if due, want := b.dueOf("ns/v"), clock.Now().Add(busyWait); !due.Equal(want) {
+			t.Fatalf("round %d: the batch is due at %s, want postponed to %s", round, due, want)
+		}
+	}
 	if n := s.patchCount(); n != 0 {
 		t.Fatalf("%d patches while busy, want the lazy intent postponed", n)
 	}
-	busy.Store(false)
-	waitPatches(t, s, 1)
-	if s.vmi.Status.Phase != virtv1.Scheduling {
-		t.Errorf("phase %s once idle, want the lazy intent written", s.vmi.Status.Phase)
+	busy = false
+	flushAt(t, b, clock, busyWait, "ns/v")
+	if n := s.patchCount(); n != 1 || s.vmi.Status.Phase != virtv1.Scheduling {
+		t.Errorf("%d patches, phase %s once idle; want the lazy intent written", n, s.vmi.Status.Phase)
+	}
+	// Idle, a lazy intent waits the lazy wait only.
+	b.EnqueueLazy(0, "ns/v", "uid-v", setPhase(virtv1.Scheduled))
+	if due := b.dueOf("ns/v"); !due.Equal(clock.Now().Add(lazy)) {
+		t.Errorf("lazy intent enqueued while idle is due at %s, want after the lazy wait (%s)", due, clock.Now().Add(lazy))
 	}
 }
 
@@ -178,13 +228,12 @@ func TestUrgentIntentIsNotPostponedWhileBusy(t *testing.T) {
 	s := newServer()
 	cfg := s.config(holdAll)
 	cfg.LazyWait, cfg.BusyWait, cfg.BusyDepth = time.Hour, time.Hour, 1
-	b := New(cfg)
-	run(t, b)
+	b, clock := stopped(cfg)
 	b.EnqueueLazy(0, "ns/v", "uid-v", setPhase(virtv1.Scheduling))
 	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
-	waitPatches(t, s, 1)
-	if got := s.vmi.Status.PhaseTransitionTimestamps; s.vmi.Status.Phase != virtv1.Scheduled || len(got) != 2 {
-		t.Errorf("phase %s, transitions %v: want the urgent intent written at once, with the lazy one", s.vmi.Status.Phase, got)
+	flushAt(t, b, clock, time.Millisecond, "ns/v")
+	if got := s.vmi.Status.PhaseTransitionTimestamps; s.patchCount() != 1 || s.vmi.Status.Phase != virtv1.Scheduled || len(got) != 2 {
+		t.Errorf("%d patches, phase %s, transitions %v: want the urgent intent written when due, with the lazy one", s.patchCount(), s.vmi.Status.Phase, got)
 	}
 }
 
@@ -203,19 +252,17 @@ func TestConflictRereadsAndReappliesOnTheNewerObject(t *testing.T) {
 
 func TestIntentsOfAReleasedRangeAreNotWritten(t *testing.T) {
 	s := newServer()
-	var held sync.Map
-	held.Store(3, true)
-	b := New(s.config(func(rng int) bool { _, ok := held.Load(rng); return ok }))
+	b, clock := stopped(s.config(func(rng int) bool { return rng == 3 }))
 	b.Enqueue(3, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduling))
 	b.DropRange(3)
 	if b.Pending("ns/v", "uid-v") {
 		t.Error("DropRange left the intent pending")
 	}
-	run(t, b)
+	flushAt(t, b, clock, time.Hour, "ns/v")
 	b.Enqueue(4, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled)) // range 4 is not held
-	time.Sleep(50 * time.Millisecond)
-	if n := s.patchCount(); n != 0 {
-		t.Errorf("%d patches written for ranges not held", n)
+	flushAt(t, b, clock, time.Millisecond, "ns/v")
+	if n := s.patchCount(); n != 0 || b.Pending("ns/v", "uid-v") {
+		t.Errorf("%d patches written for ranges not held (intent still pending: %t), want none and the intent dropped", n, b.Pending("ns/v", "uid-v"))
 	}
 }
 
@@ -239,34 +286,27 @@ func TestAnIntentThatNoLongerAppliesWritesNothing(t *testing.T) {
 func TestABatchThatWritesNothingIsReported(t *testing.T) {
 	s := newServer()
 	cfg := s.config(holdAll)
-	reported := make(chan string, 4)
-	cfg.OnNothingWritten = func(rng int, key string) { reported <- strconv.Itoa(rng) + " " + key }
-	b := New(cfg)
-	run(t, b)
+	var reported []string
+	cfg.OnNothingWritten = func(rng int, key string) { reported = append(reported, strconv.Itoa(rng)+" "+key) }
+	b, clock := stopped(cfg)
+	nothing := func(*virtv1.VirtualMachineInstance) bool { return false }
 	// Not awaited: not reported.
-	b.Enqueue(3, "ns/w", "uid-v", time.Hour, func(*virtv1.VirtualMachineInstance) bool { return false })
-	b.Enqueue(3, "ns/w", "uid-v", time.Millisecond, func(*virtv1.VirtualMachineInstance) bool { return false })
-	b.Enqueue(3, "ns/v", "uid-v", time.Hour, func(*virtv1.VirtualMachineInstance) bool { return false })
+	b.Enqueue(3, "ns/w", "uid-v", time.Millisecond, nothing)
+	b.Enqueue(3, "ns/v", "uid-v", time.Millisecond, nothing)
 	if !b.Await("ns/v", "uid-v") || b.Await("ns/v", "other-uid") {
 		t.Fatal("Await does not report the pending batch of the object alone")
 	}
-	b.Enqueue(3, "ns/v", "uid-v", time.Millisecond, func(*virtv1.VirtualMachineInstance) bool { return false })
-	select {
-	case got := <-reported:
-		if got != "3 ns/v" {
-			t.Errorf("reported %q, want range 3, key ns/v", got)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a batch that wrote nothing was not reported")
+	flushAt(t, b, clock, time.Millisecond, "ns/w")
+	flushAt(t, b, clock, 0, "ns/v")
+	if len(reported) != 1 || reported[0] != "3 ns/v" {
+		t.Errorf("reported %q, want range 3, key ns/v alone", reported)
 	}
-	b.Enqueue(3, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduled))
-	b.Await("ns/v", "uid-v")
+	// Awaited, and written: the informer's event of the write does it.
 	b.Enqueue(3, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
-	waitPatches(t, s, 1)
-	select {
-	case got := <-reported:
-		t.Errorf("a batch that wrote a patch was reported: %q", got)
-	case <-time.After(100 * time.Millisecond):
+	b.Await("ns/v", "uid-v")
+	flushAt(t, b, clock, time.Millisecond, "ns/v")
+	if s.patchCount() != 1 || len(reported) != 1 {
+		t.Errorf("%d patches, reported %q: want one patch, and a batch that wrote it not reported", s.patchCount(), reported)
 	}
 }
 
@@ -301,21 +341,17 @@ func TestIntentsDieWithTheirObject(t *testing.T) {
 func TestARefusedPatchIsDroppedNotRetried(t *testing.T) {
 	s := newServer()
 	cfg := s.config(holdAll)
-	var calls atomic.Int32
+	calls := 0
 	cfg.Patch = func(context.Context, string, string, []byte) (*virtv1.VirtualMachineInstance, error) {
-		calls.Add(1)
+		calls++
 		return nil, apierrors.NewForbidden(schema.GroupResource{Resource: "virtualmachineinstances"}, "v", errors.New("finalizers cannot be added while deleting"))
 	}
-	b := New(cfg)
-	run(t, b)
+	b, clock := stopped(cfg)
 	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return calls.Load() >= 1 && !b.Pending("ns/v", "uid-v"), nil
-	}); err != nil {
-		t.Fatal("the refused patch was never tried")
-	}
-	time.Sleep(100 * time.Millisecond)
-	if n := calls.Load(); n != 1 {
-		t.Errorf("a refused patch was sent %d times, want once", n)
+	// flushAt fails the test on an error: an error is what the worker
+	// would retry with backoff.
+	flushAt(t, b, clock, time.Millisecond, "ns/v")
+	if calls != 1 || b.Pending("ns/v", "uid-v") {
+		t.Errorf("a refused patch was sent %d times and left pending (%t); want it sent once and dropped", calls, b.Pending("ns/v", "uid-v"))
 	}
 }
