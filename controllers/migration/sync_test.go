@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
@@ -254,5 +256,175 @@ func TestSyncHandsARunningTargetPodOffToTheNodes(t *testing.T) {
 		if !strings.Contains(handOff, want) {
 			t.Errorf("hand-off patch %q lacks %s", handOff, want)
 		}
+	}
+}
+
+// inPhase is m as it is once the controller took it to phase, its source
+// node recorded and its finalizer set.
+func inPhase(m *virtv1.VirtualMachineInstanceMigration, phase virtv1.VirtualMachineInstanceMigrationPhase) *virtv1.VirtualMachineInstanceMigration {
+	m.Finalizers = []string{Finalizer}
+	m.CreationTimestamp = metav1.Now()
+	m.Status.Phase = phase
+	m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{SourceNode: "node-1", MigrationUID: m.UID}
+	return m
+}
+
+// addTargetPod puts m's target pod, as the controller renders it and as
+// edit leaves it, into the cluster, and waits until the caches show it.
+func (f *fixture) addTargetPod(t *testing.T, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, source *corev1.Pod, edit func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	pod, err := f.c.renderTargetPod(f.ranges.Owner(vmi), m, vmi, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.UID, pod.Spec.NodeName = "target-uid", "node-2"
+	edit(pod)
+	if err := f.kube.Tracker().Add(pod); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		for _, p := range f.c.cfg.Caches.Get(f.ranges.Owner(vmi)).PodsOf(vmi) {
+			if p.UID == pod.UID {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal("the range cache never showed the target pod")
+	}
+	f.kube.ClearActions()
+	return pod
+}
+
+// failedFor checks that the last status update failed the migration for
+// reason, that the target pod was deleted by UID and that the finalizer
+// went last.
+func (f *fixture) failedFor(t *testing.T, reason string) {
+	t.Helper()
+	status := statusOf(t, f.kv.Actions())
+	if status.Phase != virtv1.MigrationFailed || len(status.Conditions) == 0 || status.Conditions[len(status.Conditions)-1].Reason != reason {
+		t.Errorf("status %+v: want Failed for %s", status, reason)
+	}
+	deleted := false
+	for _, a := range f.kube.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok && a.GetResource().Resource == "pods" {
+			p := d.GetDeleteOptions().Preconditions
+			deleted = d.GetName() != "" && p != nil && p.UID != nil && *p.UID == "target-uid"
+		}
+	}
+	if !deleted {
+		t.Errorf("kube writes %q: want the target pod deleted with its UID as precondition", kvfake.Writes(f.kube.Actions()))
+	}
+	kv := kvfake.Writes(f.kv.Actions())
+	if len(kv) == 0 || kv[len(kv)-1] != "patch virtualmachineinstancemigrations" {
+		t.Errorf("KubeVirt writes %q, want the finalizer released last", kv)
+	}
+}
+
+func TestSyncTimesOutATargetPodThatNeverRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reason string
+		edit   func(*corev1.Pod)
+	}{
+		{"pending", ReasonPendingTimeout, func(p *corev1.Pod) {
+			p.CreationTimestamp = metav1.NewTime(time.Now().Add(-DefaultPendingTimeout - time.Minute))
+		}},
+		{"unschedulable", ReasonUnschedulable, func(p *corev1.Pod) {
+			p.CreationTimestamp = metav1.NewTime(time.Now().Add(-DefaultUnschedulableTimeout - time.Minute))
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: corev1.PodReasonUnschedulable, LastTransitionTime: p.CreationTimestamp}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, vmi := inPhase(newMigration(), virtv1.MigrationScheduling), runningVMI()
+			source := sourcePod(t, vmi)
+			f := newFixture(t, []runtime.Object{source}, m, vmi)
+			f.addTargetPod(t, m, vmi, source, tc.edit)
+			if err := f.sync(t, m, vmi); err != nil {
+				t.Fatal(err)
+			}
+			f.failedFor(t, tc.reason)
+		})
+	}
+}
+
+func TestSyncLooksAgainWhenATargetPodWouldTimeOut(t *testing.T) {
+	m, vmi := inPhase(newMigration(), virtv1.MigrationScheduling), runningVMI()
+	source := sourcePod(t, vmi)
+	f := newFixture(t, []runtime.Object{source}, m, vmi)
+	f.addTargetPod(t, m, vmi, source, func(p *corev1.Pod) { p.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Minute)) })
+	after, err := f.c.sync(context.Background(), item{Range: f.ranges.Owner(vmi), Key: "default/m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := DefaultPendingTimeout - time.Minute; after <= want-time.Minute || after > want {
+		t.Errorf("look again after %s, want when the pending timeout ends (about %s)", after, want)
+	}
+	if got := append(kvfake.Writes(f.kv.Actions()), kvfake.Writes(f.kube.Actions())...); len(got) != 0 {
+		t.Errorf("writes %q for a target pod still within its timeouts, want none", got)
+	}
+}
+
+func TestSyncFailsAMigrationTheSourceNodeReportsFailed(t *testing.T) {
+	m, vmi := inPhase(newMigration(), virtv1.MigrationRunning), runningVMI()
+	source := sourcePod(t, vmi)
+	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.UID, SourceNode: "node-1",
+		TargetNode: "node-2", Completed: true, Failed: true}
+	f := newFixture(t, []runtime.Object{source}, m, vmi)
+	f.addTargetPod(t, m, vmi, source, func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	f.failedFor(t, ReasonNodeFailed)
+}
+
+func TestSyncOfASucceededMigrationMarksTheSourcePodAndKeepsTheNewestFive(t *testing.T) {
+	m, vmi := inPhase(newMigration(), virtv1.MigrationRunning), runningVMI()
+	source := sourcePod(t, vmi)
+	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.UID, SourceNode: "node-1",
+		SourcePod: source.Name, TargetNode: "node-2", Completed: true}
+	objects := []runtime.Object{m, vmi}
+	// Six earlier migrations of the VMI that ended, oldest first.
+	for i := range finishedToKeep + 1 {
+		old := newMigration()
+		old.Name, old.UID = "old-"+strconv.Itoa(i), types.UID("old-uid-"+strconv.Itoa(i))
+		old.CreationTimestamp = metav1.NewTime(time.Now().Add(time.Duration(i-10) * time.Hour))
+		old.Status.Phase = virtv1.MigrationSucceeded
+		objects = append(objects, old)
+	}
+	f := newFixture(t, []runtime.Object{source}, objects...)
+	f.addTargetPod(t, m, vmi, source, func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	if phase := statusOf(t, f.kv.Actions()).Phase; phase != virtv1.MigrationSucceeded {
+		t.Errorf("phase %s, want Succeeded", phase)
+	}
+	var marked string
+	for _, a := range f.kube.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "pods" && p.GetName() == source.Name {
+			marked = string(p.GetPatch())
+		}
+	}
+	for _, want := range []string{MigratedToAnnotation, `"uid":"source-uid"`, `"resourceVersion"`} {
+		if !strings.Contains(marked, want) {
+			t.Errorf("source pod patch %q lacks %s", marked, want)
+		}
+	}
+	var deleted []string
+	for _, a := range f.kv.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok && a.GetResource().Resource == "virtualmachineinstancemigrations" {
+			if p := d.GetDeleteOptions().Preconditions; p == nil || p.UID == nil {
+				t.Errorf("delete of %s without a UID precondition", d.GetName())
+			}
+			deleted = append(deleted, d.GetName())
+		}
+	}
+	// The migration that just ended may not be in the cache as final yet:
+	// one or two of the oldest go, never a newer one.
+	if len(deleted) == 0 || deleted[0] != "old-0" || slices.Contains(deleted, "m") || slices.Contains(deleted, "old-5") {
+		t.Errorf("deleted migrations %q, want the oldest (old-0, perhaps old-1) and no newer one", deleted)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -157,5 +158,132 @@ func TestSyncReportsAnInvalidRunStrategyOnTheVM(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("conditions %+v: want Failure InvalidRunStrategy", status.Conditions)
+	}
+}
+
+// syncAfter syncs vm and returns when the controller asks to look again.
+func (f *fixture) syncAfter(t *testing.T, vm *virtv1.VirtualMachine) time.Duration {
+	t.Helper()
+	after, err := f.c.sync(context.Background(), item{Range: f.ranges.Of(vm), Key: vm.Namespace + "/" + vm.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return after
+}
+
+func TestSyncWaitsOutAStartBackoff(t *testing.T) {
+	vm := newVM(virtv1.RunStrategyAlways)
+	retry := metav1.NewTime(time.Now().Add(time.Minute))
+	vm.Status.StartFailure = &virtv1.VirtualMachineStartFailure{ConsecutiveFailCount: 2, RetryAfterTimestamp: &retry}
+	f := newFixture(t, vm)
+	after := f.syncAfter(t, vm)
+	if got := kvfake.Writes(f.kv.Actions()); slices.Contains(got, "create virtualmachineinstances") {
+		t.Errorf("writes %q during the start backoff, want no VMI created", got)
+	}
+	if after <= 0 || after > time.Minute {
+		t.Errorf("look again after %s, want the backoff's remainder (at most 1m)", after)
+	}
+}
+
+func TestSyncStartsAVMWhoseBackoffIsOver(t *testing.T) {
+	vm := newVM(virtv1.RunStrategyAlways)
+	retry := metav1.NewTime(time.Now().Add(-time.Second))
+	vm.Status.StartFailure = &virtv1.VirtualMachineStartFailure{ConsecutiveFailCount: 2, RetryAfterTimestamp: &retry}
+	f := newFixture(t, vm)
+	if after := f.syncAfter(t, vm); after != 0 {
+		t.Errorf("look again after %s, want no wait", after)
+	}
+	if got := kvfake.Writes(f.kv.Actions()); !slices.Contains(got, "create virtualmachineinstances") {
+		t.Errorf("writes %q, want the VMI created once the backoff is over", got)
+	}
+}
+
+func TestSyncOfAManualVMFollowsItsStateChangeRequests(t *testing.T) {
+	start := newVM(virtv1.RunStrategyManual)
+	start.Status.StateChangeRequests = []virtv1.VirtualMachineStateChangeRequest{{Action: virtv1.StartRequest}}
+	f := newFixture(t, start)
+	f.sync(t, start)
+	if got := kvfake.Writes(f.kv.Actions()); !slices.Contains(got, "create virtualmachineinstances") {
+		t.Errorf("start request: writes %q, want the VMI created", got)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		uid    types.UID
+		delete bool
+	}{
+		{"stop of the running VMI", "vmi-uid", true},
+		{"stop of an earlier VMI", "earlier-uid", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vm := newVM(virtv1.RunStrategyManual)
+			vm.Status.StateChangeRequests = []virtv1.VirtualMachineStateChangeRequest{{Action: virtv1.StopRequest, UID: ptr.To(tc.uid)}}
+			f := newFixture(t, vm, vmiOf(t, vm, testRanges(t).Of(vm)))
+			f.sync(t, vm)
+			if got := slices.Contains(kvfake.Writes(f.kv.Actions()), "delete virtualmachineinstances"); got != tc.delete {
+				t.Errorf("writes %q: VMI deleted %t, want %t", kvfake.Writes(f.kv.Actions()), got, tc.delete)
+			}
+		})
+	}
+}
+
+func TestSyncRefusesAVMINotControlledByTheVM(t *testing.T) {
+	vm := newVM(virtv1.RunStrategyAlways)
+	foreign := vmiOf(t, vm, testRanges(t).Of(vm))
+	foreign.OwnerReferences = nil
+	f := newFixture(t, vm, foreign)
+	recorder := f.c.cfg.Recorder.(*record.FakeRecorder)
+	after := f.syncAfter(t, vm)
+	got := kvfake.Writes(f.kv.Actions())
+	if !slices.Equal(got, []string{"update virtualmachines/status"}) {
+		t.Fatalf("writes %q, want only the status with the failure (the foreign VMI left alone)", got)
+	}
+	status := f.kv.Actions()[0].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine)
+	if !hasFailure(status, "FailedCreate") {
+		t.Errorf("conditions %+v, want Failure FailedCreate", status.Status.Conditions)
+	}
+	if after != foreignRetry {
+		t.Errorf("look again after %s, want %s (the foreign VMI's events may never reach this VM)", after, foreignRetry)
+	}
+	select {
+	case e := <-recorder.Events:
+		if !strings.Contains(e, "FailedCreate") {
+			t.Errorf("event %q, want FailedCreate", e)
+		}
+	default:
+		t.Error("no event for the refused VMI")
+	}
+}
+
+func TestSyncOfADeletedVMWithoutVMIDropsItsFinalizer(t *testing.T) {
+	vm := newVM(virtv1.RunStrategyAlways)
+	vm.DeletionTimestamp = ptr.To(metav1.Now())
+	f := newFixture(t, vm)
+	f.sync(t, vm)
+	got := kvfake.Writes(f.kv.Actions())
+	if len(got) == 0 || got[0] != "patch virtualmachines" {
+		t.Fatalf("writes %q, want the finalizer patch first and no VMI created", got)
+	}
+	if slices.Contains(got, "create virtualmachineinstances") {
+		t.Errorf("writes %q: a VMI created for a deleted VM", got)
+	}
+	p := string(f.kv.Actions()[0].(k8stesting.PatchAction).GetPatch())
+	if strings.Contains(p, virtv1.VirtualMachineControllerFinalizer) || !strings.Contains(p, `"resourceVersion":"5"`) {
+		t.Errorf("finalizer patch %s, want the finalizer gone, with the VM's resourceVersion as precondition", p)
+	}
+}
+
+func TestSyncReleasesAFinalVMIOnceTheVMSawIt(t *testing.T) {
+	vm := newVM(virtv1.RunStrategyManual)
+	vmi := vmiOf(t, vm, testRanges(t).Of(vm))
+	vmi.Status.Phase = virtv1.Succeeded
+	f := newFixture(t, vm, vmi)
+	f.sync(t, vm)
+	got := kvfake.Writes(f.kv.Actions())
+	if !slices.Equal(got, []string{"update virtualmachines/status", "patch virtualmachineinstances"}) {
+		t.Fatalf("writes %q, want the VM's status first, then the VMI's finalizer released", got)
+	}
+	if p := string(f.kv.Actions()[1].(k8stesting.PatchAction).GetPatch()); strings.Contains(p, virtv1.VirtualMachineControllerFinalizer) {
+		t.Errorf("release patch %s still holds the VM controller's finalizer", p)
 	}
 }
