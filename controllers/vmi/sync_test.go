@@ -12,9 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -40,6 +43,7 @@ type fixture struct {
 	ranges   shard.Ranges
 	recorder *record.FakeRecorder
 	fence    *fence
+	dyn      *dynamicfake.FakeDynamicClient
 }
 
 // fence holds every range until cut.
@@ -56,11 +60,14 @@ func (s staticConfig) Current() *clusterconfig.Config { return s.cfg }
 // and forgets the actions their informers made.
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	t.Helper()
-	var kubeObjects, kvObjects []runtime.Object
+	var kubeObjects, kvObjects, dataVolumes []runtime.Object
 	for _, obj := range objects {
-		if _, ok := obj.(*virtv1.VirtualMachineInstance); ok {
+		switch obj.(type) {
+		case *virtv1.VirtualMachineInstance:
 			kvObjects = append(kvObjects, obj)
-		} else {
+		case *unstructured.Unstructured:
+			dataVolumes = append(dataVolumes, obj)
+		default:
 			kubeObjects = append(kubeObjects, obj)
 		}
 	}
@@ -73,7 +80,15 @@ func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	cc := caches.Config{Kube: f.kube, KubeVirt: f.kv, Ranges: ranges}
 	rangeCaches, cluster := caches.NewRanges(cc), caches.NewCluster(cc)
 	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
-	objectCaches := caches.NewTemplateObjects(f.kube, md, nil, "")
+	// CDI is served when the test brings DataVolumes.
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{caches.DataVolumeGVR: "DataVolumeList"}, dataVolumes...)
+	if len(dataVolumes) > 0 {
+		f.kube.Resources = []*metav1.APIResourceList{{GroupVersion: caches.DataVolumeGVR.GroupVersion().String(),
+			APIResources: []metav1.APIResource{{Name: caches.DataVolumeGVR.Resource, Namespaced: true, Kind: "DataVolume"}}}}
+	}
+	f.dyn = dyn
+	objectCaches := caches.NewTemplateObjects(f.kube, md, dyn, "")
 	f.c, err = New(Config{
 		Kube: f.kube, KubeVirt: f.kv, Metadata: md, Fence: f.fence, Ranges: ranges,
 		Caches: rangeCaches, Cluster: cluster, Options: template.DefaultOptions(),
@@ -292,5 +307,92 @@ func TestSyncRestoresAnEditedRangeLabelInsteadOfFailingTheVMI(t *testing.T) {
 	}
 	if got := kvfake.Writes(f.kv.Actions()); len(got) != 0 {
 		t.Errorf("KubeVirt writes %q: the VMI must not fail for an edited label", got)
+	}
+}
+
+// dataVolume is a CDI DataVolume in phase, its claim bound.
+func cdiDataVolume(name, phase string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+		"metadata": map[string]any{"name": name, "namespace": "default", "uid": "dv-uid", "resourceVersion": "1"},
+		"status":   map[string]any{"phase": phase, "conditions": []any{map[string]any{"type": "Ready", "status": "False"}}},
+	}}
+}
+
+func boundClaim(name string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: "pvc-uid", ResourceVersion: "1"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound,
+			Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+	}
+}
+
+func withDataVolume(vmi *virtv1.VirtualMachineInstance, name string) *virtv1.VirtualMachineInstance {
+	vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, virtv1.Disk{Name: "data", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}})
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes, virtv1.Volume{Name: "data", VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: name}}})
+	return vmi
+}
+
+// A DataVolume waiting for its first consumer gets a temporary pod, not
+// the launcher pod, and the VMI says it is provisioning, as KubeVirt does;
+// once the pod ran and the import started, the pod goes at once, by UID.
+func TestSyncProvisionsADataVolumeWaitingForItsFirstConsumer(t *testing.T) {
+	vmi := withDataVolume(newVMI("lazy"), "lazy")
+	f := newFixture(t, vmi, boundClaim("lazy"), cdiDataVolume("lazy", "WaitForFirstConsumer"))
+	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	var created []*corev1.Pod
+	for _, a := range f.kube.Actions() {
+		if c, ok := a.(k8stesting.CreateAction); ok && a.GetResource().Resource == "pods" {
+			created = append(created, c.GetObject().(*corev1.Pod))
+		}
+	}
+	if len(created) != 1 || created[0].Name != template.ProvisioningPodName(vmi) ||
+		created[0].Annotations[virtv1.EphemeralProvisioningObject] != "true" {
+		t.Fatalf("pods created %v, want one temporary pod %s", created, template.ProvisioningPodName(vmi))
+	}
+	f.waitForKubeVirtWrites("patch virtualmachineinstances")
+	status := f.kv.Actions()[0].(k8stesting.PatchAction).GetPatch()
+	if !strings.Contains(string(status), string(virtv1.VirtualMachineInstanceProvisioning)) {
+		t.Errorf("status patch %s, want the Provisioning condition", status)
+	}
+
+	// The temporary pod runs, and CDI starts the import.
+	temp := created[0].DeepCopy()
+	temp.UID, temp.Status.Phase = "temp-uid", corev1.PodRunning
+	ctx := context.Background()
+	if _, err := f.kube.CoreV1().Pods("default").Update(ctx, temp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dv := cdiDataVolume("lazy", "ImportInProgress")
+	if _, err := f.dyn.Resource(caches.DataVolumeGVR).Namespace("default").UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		pods := f.c.cfg.Caches.Get(f.ranges.Owner(vmi)).PodsOf(vmi)
+		obj, _, _ := f.c.cfg.Objects.DataVolumes.GetStore().GetByKey("default/lazy")
+		phase := ""
+		if obj != nil {
+			phase, _, _ = unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "status", "phase")
+		}
+		return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning && phase == "ImportInProgress", nil
+	})
+	if err != nil {
+		t.Fatal("the caches never showed the running temporary pod and the import")
+	}
+	f.kube.ClearActions()
+	if err := f.c.sync(ctx, f.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	if got := kvfake.Writes(f.kube.Actions()); !slices.Equal(got, []string{"delete pods"}) {
+		t.Fatalf("kube writes %q, want only the temporary pod deleted (no launcher pod while the import runs)", got)
+	}
+	opts := f.kube.Actions()[0].(k8stesting.DeleteAction).GetDeleteOptions()
+	if opts.Preconditions == nil || opts.Preconditions.UID == nil || *opts.Preconditions.UID != "temp-uid" ||
+		opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds != 0 {
+		t.Errorf("delete options %+v, want the pod's UID as precondition and no grace", opts)
 	}
 }
