@@ -15,8 +15,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	"github.com/virtshard/virtshard/bench/ceiling"
@@ -70,41 +72,62 @@ func (e *env) machine() Machine {
 	return Machine{Cores: runtime.NumCPU(), MemoryBytes: int64(info.Totalram) * int64(info.Unit), Nodes: e.o.Nodes}
 }
 
-// namespace creates a namespace and returns a func that deletes it and
-// waits until it is gone, so the next run does not pay for this one's
-// cleanup.
-func (e *env) namespace(ctx context.Context, name string) (func(), error) {
-	if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("create namespace %s: %w", name, err)
+// namespaces creates the namespaces and returns a func that deletes them,
+// side by side, and waits until they are gone, so the next run does not
+// pay for this one's cleanup.
+func (e *env) namespaces(ctx context.Context, names ...string) (func(), error) {
+	cleanup := func(names []string) func() {
+		return func() {
+			var wg sync.WaitGroup
+			for _, name := range names {
+				wg.Go(func() { e.deleteNamespace(name) })
+			}
+			wg.Wait()
+		}
 	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		// The namespace controller looks again at a namespace whose pods
-		// are terminating only after half their grace period (45 s for a
-		// launcher pod), and 8 s later at one with finalizers pending. So
-		// the VMIs go first (kwok's Stage removes their finalizer), then
-		// the pods without grace, and the namespace goes in one pass.
-		_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-			left, err := e.kv.VirtualMachineInstances(name).List(ctx, metav1.ListOptions{Limit: 1})
-			if err != nil {
-				return false, nil
-			}
-			if len(left.Items) == 0 {
-				return true, nil
-			}
-			// One delete-collection call can end at the server's request
-			// timeout before it reached every VMI (about 4,000 of 10,000
-			// here): send it again while one is left undeleted.
-			if left.Items[0].DeletionTimestamp == nil {
-				_ = e.kv.VirtualMachineInstances(name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-			}
+	for i, name := range names {
+		if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			cleanup(names[:i])()
+			return nil, fmt.Errorf("create namespace %s: %w", name, err)
+		}
+	}
+	return cleanup(names), nil
+}
+
+// deleteNamespace deletes a run's namespace and waits until it is gone.
+// The namespace controller looks again at a namespace whose pods are
+// terminating only after half their grace period (45 s for a launcher
+// pod), and 8 s later at one with finalizers pending. So the VMIs go
+// first, their finalizers released by the bench (in a cluster the node
+// agents release them; kwok's Stage does it one VMI at a time, and no
+// controller runs any more), then the pods without grace, and the
+// namespace goes in one pass.
+func (e *env) deleteNamespace(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	vmis := e.kv.VirtualMachineInstances(name)
+	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		left, err := vmis.List(ctx, metav1.ListOptions{})
+		if err != nil {
 			return false, nil
+		}
+		if len(left.Items) == 0 {
+			return true, nil
+		}
+		workqueue.ParallelizeUntil(ctx, 16, len(left.Items), func(i int) {
+			if len(left.Items[i].Finalizers) > 0 {
+				_, _ = vmis.Patch(ctx, left.Items[i].Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			}
 		})
-		_ = e.kube.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-		_ = e.kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = ceiling.WaitGone(ctx, e.kube, name)
-	}, nil
+		// One delete-collection call can end at the server's request
+		// timeout before it reached every VMI (about 4,000 of 10,000
+		// here): the next round sends it again.
+		_ = vmis.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		return false, nil
+	})
+	_ = e.kube.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	_ = e.kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+	_ = ceiling.WaitGone(ctx, e.kube, name)
 }
 
 // clusterCPU reads each control-plane process's CPU seconds so far.
@@ -161,13 +184,11 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		ns: "bench-" + scenario + "-" + suffix, retired: map[string]float64{}}
 	leases := "bench-leases-" + suffix
 	r.leases = leases
-	for _, name := range []string{r.ns, leases} {
-		cleanup, err := e.namespace(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		defer cleanup()
+	cleanup, err := e.namespaces(ctx, r.ns, leases)
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	binary, err := filepath.Abs(o.Controller)
 	if err != nil {
 		return nil, err

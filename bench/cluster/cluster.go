@@ -222,6 +222,11 @@ func (o Options) create(ctx context.Context) error {
 		"--kwok-controller-binary", o.bin("kwok"),
 		"--kube-feature-gates", "ShardedListAndWatch=true",
 		"--disable-qps-limits",
+		// Deleting a namespace deletes each kind of its content in one
+		// delete-collection call, which the API server works through one
+		// object at a time by default: a namespace that held a bench run's
+		// thousands of events took seconds to go.
+		"--extra-args", "kube-apiserver=delete-collection-workers=8",
 		// Stages are API objects, so Stages for the KubeVirt CRDs, which
 		// exist only after the cluster started, can be added later. With
 		// Stages in a config file, kwok exits when their CRD is missing.
