@@ -30,9 +30,10 @@ PROMETHEUS_OPERATOR_VERSION := v0.85.0
 # Number of kwok nodes `make cluster-up` creates.
 NODES ?= 20
 
-# Arguments passed to `go test` by the test targets.
-# -p 1: test binaries run one at a time, so that the 2,000-VMI tests do not
-# load the machine under the shard timing tests.
+# Arguments passed to `go test` for the integration tests.
+# -p 1: test binaries run one at a time, so that the bench's smoke runs and
+# the replica processes of one package do not load the machine under the
+# lease timing of another.
 TEST_FLAGS ?= -race -count=1 -p 1 -timeout 20m
 
 KUBE_LDFLAGS := -s -w $(foreach var,\
@@ -56,10 +57,15 @@ UNIT_PACKAGES = $$($(GO) list ./... | grep -v /test/integration/)
 test-unit: ## Run only the unit tests (no cluster), in well under a minute on a warm machine.
 	$(GO) test -race -count=1 $(UNIT_PACKAGES)
 
+.PHONY: test-integration
+test-integration: tools ## Run only the integration tests, on the local cluster (started if not running).
+	$(GO) test $(TEST_FLAGS) ./test/integration/...
+
 .PHONY: test
-test: tools verify ## Run every test: unit, integration (on the local cluster), verify, and each fuzz target briefly.
+test: tools verify ## Run every test: verify, conformance, unit, integration (on the local cluster), and each fuzz target briefly.
 	$(MAKE) --no-print-directory conformance
-	$(GO) test $(TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory test-unit
+	$(MAKE) --no-print-directory test-integration
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # Fuzz targets as package:Function. Their seed corpora are in code (f.Add)

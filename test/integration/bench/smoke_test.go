@@ -12,12 +12,21 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
-// smokeWritesBudget bounds the controllers' writes per VMI in the smoke
-// runs. The floor is 3.0 (pod create, the pod's readiness-gate patch, one
-// VMI patch), held by the full-size burst (make bench); in runs of a few
-// hundred VMIs the status batcher is rarely busy, so some VMIs get an
-// intermediate Scheduling patch of their own.
-const smokeWritesBudget = 3.5
+// maxWritesPerVMI bounds the controllers' writes per VMI in a burst that
+// keeps the status batcher busy (at least burstPerReplica VMIs per active
+// replica, five times its busy depth of 20): the launcher pod's create, the
+// patch of its readiness-gate condition (KubeVirt's syncPausedConditionToPod:
+// a pod cannot be created with status) and one VMI status patch, plus 5% for
+// patches a conflict or a handoff repeats. In smaller runs the batcher is
+// often idle, and some VMIs get an intermediate Scheduling patch of their
+// own (3.23 seen in the 100-VMI migrations run): smallRunWritesPerVMI. A run
+// may spend less: kwok's pod stage sets a pod's readiness gates itself, and
+// a pod it got to before the controller needs no patch.
+const (
+	maxWritesPerVMI      = 3 * 1.05
+	smallRunWritesPerVMI = 3.5
+	burstPerReplica      = 100
+)
 
 // TestSmoke runs every scenario small (make bench-smoke) against the local
 // cluster with real replica processes and checks the invariants: every VMI
@@ -49,8 +58,16 @@ func TestSmoke(t *testing.T) {
 			if r.DuplicateLauncherPods != 0 {
 				t.Errorf("%d duplicate launcher pods", r.DuplicateLauncherPods)
 			}
-			if r.WritesPerVMI.Total <= 0 || r.WritesPerVMI.Total > smokeWritesBudget {
-				t.Errorf("controller writes per VMI %.2f %v, want in (0, %.1f]", r.WritesPerVMI.Total, r.WritesPerVMI.ByVerbResource, smokeWritesBudget)
+			active := r.Replicas
+			if r.Scenario == bench.ScenarioSingleton {
+				active = 1
+			}
+			budget := maxWritesPerVMI
+			if r.VMIs/active < burstPerReplica {
+				budget = smallRunWritesPerVMI
+			}
+			if r.WritesPerVMI.Total <= 0 || r.WritesPerVMI.Total > budget {
+				t.Errorf("controller writes per VMI %.2f %v, want in (0, %.2f]", r.WritesPerVMI.Total, r.WritesPerVMI.ByVerbResource, budget)
 			}
 			// Timestamps have whole seconds, so the latency by KubeVirt's
 			// definition may well be 0: what must hold is that every VMI
