@@ -337,7 +337,7 @@ func (r *vmiRun) checkAudit(ctx context.Context) (audit.Result, error) {
 	}
 	defer f.Close()
 	return audit.Checker{
-		LeaseNamespace: r.leases, LeasePrefix: "virtshard-range-", LeaseDuration: shard.DefaultLeaseDuration,
+		LeaseNamespace: r.leases, LeasePrefix: "virtshard-range-", MemberPrefix: "virtshard-member-", LeaseDuration: shard.DefaultLeaseDuration,
 		RangeOf: func(resource, namespace, name string) (int, bool) {
 			i, ok := owner[resource+"/"+name]
 			return i, ok && namespace == r.ns

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"sync"
@@ -25,18 +24,30 @@ const (
 	roleMember = "member"
 )
 
+// Annotations on the Leases.
+const (
+	// AnnotationTenure on a member Lease names its holder's current tenure;
+	// on a range Lease, the tenure of the holder it is bound to: the range
+	// is held while that tenure lasts, with no writes of its own.
+	AnnotationTenure = "virtshard.io/tenure"
+	// AnnotationLeaving on a member Lease: the member is handing its ranges
+	// off before it stops; the leader assigns it none.
+	AnnotationLeaving = "virtshard.io/leaving"
+)
+
 func (c *Config) rangeLeaseName(i int) string      { return fmt.Sprintf("%s-range-%d", c.Name, i) }
 func (c *Config) memberLeaseName(id string) string { return fmt.Sprintf("%s-member-%s", c.Name, id) }
 func (c *Config) leaderLeaseName() string          { return c.Name + "-leader" }
 func (c *Config) assignmentName() string           { return c.Name + "-assignment" }
 
-func (c *Config) newLease(name, role string, now time.Time) *coordinationv1.Lease {
+func (c *Config) newLease(name, role, tenure string, now time.Time) *coordinationv1.Lease {
 	mt := metav1.NewMicroTime(now)
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: c.Namespace,
-			Labels:    map[string]string{LabelShard: c.Name, LabelRole: role},
+			Name:        name,
+			Namespace:   c.Namespace,
+			Labels:      map[string]string{LabelShard: c.Name, LabelRole: role},
+			Annotations: map[string]string{AnnotationTenure: tenure},
 		},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(c.Identity),
@@ -48,8 +59,8 @@ func (c *Config) newLease(name, role string, now time.Time) *coordinationv1.Leas
 	}
 }
 
-func (c *Config) newRangeLease(i int, now time.Time) *coordinationv1.Lease {
-	l := c.newLease(c.rangeLeaseName(i), roleRange, now)
+func (c *Config) newRangeLease(i int, tenure string, now time.Time) *coordinationv1.Lease {
+	l := c.newLease(c.rangeLeaseName(i), roleRange, tenure, now)
 	l.Labels[LabelRange] = strconv.Itoa(i)
 	return l
 }
@@ -59,6 +70,34 @@ func holder(l *coordinationv1.Lease) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// tenureOf is the tenure a Lease names, "" for none.
+func tenureOf(l *coordinationv1.Lease) string {
+	if l == nil {
+		return ""
+	}
+	return l.Annotations[AnnotationTenure]
+}
+
+// setHolder makes l held by id in tenure (id "" releases it) from now.
+func setHolder(l *coordinationv1.Lease, id, tenure string, duration time.Duration, now time.Time) {
+	mt := metav1.NewMicroTime(now)
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	delete(l.Annotations, AnnotationLeaving)
+	l.Spec.RenewTime = &mt
+	if id == "" {
+		l.Spec.HolderIdentity, l.Spec.AcquireTime = nil, nil
+		delete(l.Annotations, AnnotationTenure)
+		return
+	}
+	l.Spec.HolderIdentity = ptr.To(id)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(duration / time.Second))
+	l.Spec.AcquireTime = &mt
+	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	l.Annotations[AnnotationTenure] = tenure
 }
 
 // observations remembers, per Lease, when this member last saw it change.
@@ -103,6 +142,18 @@ func (o *observations) deleted(name string, now time.Time) {
 	o.gone[name] = now
 }
 
+// goneSince returns when the lease name was seen deleted; a lease never
+// seen counts as deleted from now.
+func (o *observations) goneSince(name string, now time.Time) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if at, ok := o.gone[name]; ok {
+		return at
+	}
+	o.gone[name] = now
+	return now
+}
+
 // deletedAt returns when the lease name was seen deleted, if it was.
 func (o *observations) deletedAt(name string) (time.Time, bool) {
 	o.mu.Lock()
@@ -128,12 +179,4 @@ func (o *observations) free(l *coordinationv1.Lease, now time.Time) bool {
 		return true
 	}
 	return expired(l, o.observe(l, now), now)
-}
-
-// renew writes l with a fresh renewTime; the resourceVersion precondition
-// makes it fail if anyone else wrote the lease since.
-func (c *Config) renew(ctx context.Context, l *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
-	l = l.DeepCopy()
-	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-	return c.Client.CoordinationV1().Leases(c.Namespace).Update(ctx, l, metav1.UpdateOptions{})
 }

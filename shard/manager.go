@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,12 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/informers"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 )
 
 // EventType is a change in what a member considers its own.
@@ -55,6 +56,7 @@ type Manager struct {
 	obs        *observations
 	wake       chan struct{}
 	leaderWake chan struct{}
+	beatNow    chan struct{}
 	// leaving is set once Run's context is done: the member takes no new
 	// ranges and, if leading, assigns none to itself.
 	leaving atomic.Bool
@@ -62,21 +64,25 @@ type Manager struct {
 	leaseLister coordinationlisters.LeaseNamespaceLister
 	cmLister    corelisters.ConfigMapNamespaceLister
 
-	// deadlines[i] is the UnixNano until which this member may act on range
-	// i, 0 when it does not hold it: the lock-free fence Holds reads.
-	deadlines  []atomic.Int64
-	active     []atomic.Bool
-	assignment atomic.Pointer[Assignment]
-	assignedAt []time.Time // when the assignment gave us range i; reconcile loop only
+	// tenure is the current tenure (nil between tenures), fence until when
+	// it lets this member act, and heldGen[i] the tenure range i is held in
+	// (0: not held): together the lock-free fence Holds reads.
+	tenure    atomic.Pointer[tenure]
+	fence     atomic.Pointer[fence]
+	tenureGen atomic.Int64
+	heldGen   []atomic.Int64
+	// endedTenure is this member's last tenure that ended; heartbeat
+	// goroutine only.
+	endedTenure string
+	active      []atomic.Bool
+	assignment  atomic.Pointer[Assignment]
+	assignedAt  []time.Time // when the assignment gave us range i; reconcile loop only
 	// prepared[i]: the Preparer was asked to warm range i and has not since
 	// been told to drop it, nor has the range been held; it is dropped
 	// once unwanted past keepPrepared[i]. Reconcile loop only.
 	prepared     []bool
 	keepPrepared []time.Time
 	leading      atomic.Bool
-	// lastBeat is the member Lease as this member last wrote it; heartbeat
-	// goroutine only.
-	lastBeat *coordinationv1.Lease
 
 	mu   sync.Mutex
 	held map[int]*holding
@@ -90,10 +96,11 @@ type Manager struct {
 // maxAcquireBackoff caps the wait before retrying a range whose Acquired failed.
 const maxAcquireBackoff = time.Minute
 
-// holding is a range whose lease this member holds.
+// holding is a range whose lease this member holds, in tenure.
 type holding struct {
 	i       int
 	lease   *coordinationv1.Lease
+	tenure  *tenure
 	release chan Reason
 	done    chan struct{}
 }
@@ -111,7 +118,8 @@ func NewManager(cfg Config) (*Manager, error) {
 		obs:          newObservations(),
 		wake:         make(chan struct{}, 1),
 		leaderWake:   make(chan struct{}, 1),
-		deadlines:    make([]atomic.Int64, n),
+		beatNow:      make(chan struct{}, 1),
+		heldGen:      make([]atomic.Int64, n),
 		active:       make([]atomic.Bool, n),
 		assignedAt:   make([]time.Time, n),
 		prepared:     make([]bool, n),
@@ -131,18 +139,19 @@ func (m *Manager) Holds(i int) bool {
 }
 
 // Deadline is the fence of range i: when this member's claim on it could
-// lapse unless renewed, and whether it holds i now. Every renewal moves it
-// forward; it stays a margin (LeaseDuration - RenewDeadline) ahead of the
-// Lease's expiry as any other member sees it.
+// lapse unless its tenure is renewed, and whether it holds i now. Every
+// renewal of the member Lease moves it forward; it stays a margin
+// (LeaseDuration - RenewDeadline) ahead of the moment anyone else could end
+// the tenure.
 func (m *Manager) Deadline(i int) (time.Time, bool) {
-	if i < 0 || i >= len(m.deadlines) {
+	if i < 0 || i >= len(m.heldGen) {
 		return time.Time{}, false
 	}
-	d := m.deadlines[i].Load()
-	if d == 0 || m.cfg.Clock.Now().UnixNano() >= d {
+	gen := m.heldGen[i].Load()
+	if gen == 0 {
 		return time.Time{}, false
 	}
-	return time.Unix(0, d), true
+	return m.fenceOf(gen)
 }
 
 // Owned returns the ranges this member holds and whose Acquired returned.
@@ -156,10 +165,10 @@ func (m *Manager) Owned() Set {
 	return s
 }
 
-// Ready reports whether this member has seen an assignment and every range
-// it holds has been acquired (its caches synced).
+// Ready reports whether this member is in a tenure, has seen an assignment
+// and every range it holds has been acquired (its caches synced).
 func (m *Manager) Ready() bool {
-	if m.assignment.Load() == nil {
+	if m.assignment.Load() == nil || m.tenure.Load() == nil {
 		return false
 	}
 	m.mu.Lock()
@@ -176,11 +185,11 @@ func (m *Manager) Ready() bool {
 func (m *Manager) Leading() bool { return m.leading.Load() }
 
 // Run takes part until ctx is done, then leaves gracefully within about
-// Config.ShutdownTimeout: it withdraws its member Lease so that the leader
-// (itself, if leading) reassigns its ranges, hands each range over as the
-// new assignment moves it (the new owner can claim it at once, with no
-// expiry to wait for), releases whatever is left at the timeout, and gives
-// up leadership last.
+// Config.ShutdownTimeout: it marks its member Lease leaving so that the
+// leader (itself, if leading) reassigns its ranges, hands each range over as
+// the new assignment moves it (the new owner can claim it at once, with no
+// expiry to wait for), releases whatever is left at the timeout, ends its
+// tenure by deleting the member Lease, and gives up leadership last.
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("member", m.cfg.Identity)
 	ctx = klog.NewContext(ctx, logger)
@@ -202,19 +211,29 @@ func (m *Manager) Run(ctx context.Context) error {
 	<-ctx.Done()
 	logger.V(2).Info("Leaving: handing off all ranges")
 	m.leaving.Store(true)
-	stopHeartbeat()
-	heartbeat.Wait()
-	deleteCtx, cancel := context.WithTimeout(base, m.cfg.ShutdownTimeout)
-	err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(deleteCtx, m.cfg.memberLeaseName(m.cfg.Identity), metav1.DeleteOptions{})
-	cancel()
-	if err != nil && !apierrors.IsNotFound(err) {
-		logger.Error(err, "Deleting the member lease failed; it will expire")
+	select {
+	case m.beatNow <- struct{}{}: // announce it
+	default:
 	}
 	m.pokeLeader()
 	m.waitHandedOff(m.cfg.ShutdownTimeout / 2)
 	stopClaim()
 	claim.Wait()
 	m.wg.Wait()
+	// Every range is released (or given up): the tenure may end. The
+	// member Lease goes with the resourceVersion last written, so that a
+	// tenure someone else began meanwhile stays.
+	stopHeartbeat()
+	heartbeat.Wait()
+	if t := m.tenure.Load(); t != nil {
+		deleteCtx, cancel := context.WithTimeout(base, m.cfg.ShutdownTimeout)
+		err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(deleteCtx, t.lease.Name,
+			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &t.lease.ResourceVersion}})
+		cancel()
+		if err != nil && !apierrors.IsNotFound(err) {
+			logger.Error(err, "Deleting the member lease failed; its tenure will expire")
+		}
+	}
 	stopElect()
 	elect.Wait()
 	return nil
@@ -257,6 +276,7 @@ func (m *Manager) startInformers(ctx context.Context, abort <-chan struct{}) err
 	onLease := func(obj any) {
 		if l, ok := obj.(*coordinationv1.Lease); ok {
 			m.obs.observe(l, m.cfg.Clock.Now())
+			m.checkHeld(l, false)
 		}
 		m.poke()
 		m.pokeLeader()
@@ -270,6 +290,7 @@ func (m *Manager) startInformers(ctx context.Context, abort <-chan struct{}) err
 			}
 			if l, ok := obj.(*coordinationv1.Lease); ok {
 				m.obs.deleted(l.Name, m.cfg.Clock.Now())
+				m.checkHeld(l, true)
 			}
 			m.poke()
 			m.pokeLeader()
@@ -302,6 +323,33 @@ func (m *Manager) startInformers(ctx context.Context, abort <-chan struct{}) err
 		}
 	}
 	return nil
+}
+
+// checkHeld fences a range this member holds at once if its Lease was
+// deleted, or written by anyone after the write that took it (by hand: a
+// member takes a range only once the holder's tenure ended).
+func (m *Manager) checkHeld(l *coordinationv1.Lease, deleted bool) {
+	if l.Labels[LabelRole] != roleRange {
+		return
+	}
+	i, err := strconv.Atoi(l.Labels[LabelRange])
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	h := m.held[i]
+	m.mu.Unlock()
+	if h == nil || l.UID != h.lease.UID {
+		return
+	}
+	if !deleted {
+		newer, err := resourceversion.CompareResourceVersion(l.ResourceVersion, h.lease.ResourceVersion)
+		if (err == nil && newer <= 0) || (holder(l) == m.cfg.Identity && tenureOf(l) == h.tenure.id) {
+			return
+		}
+	}
+	m.heldGen[i].Store(0)
+	h.requestRelease(ReasonExpiry)
 }
 
 func (m *Manager) setAssignment(logger klog.Logger, cm *corev1.ConfigMap) {
@@ -409,18 +457,104 @@ func (m *Manager) reconcile(ctx context.Context) (next time.Time) {
 		}
 	}
 	m.cfg.Metrics.setPrepared(m.prepared)
+	return earliest(m.acquire(ctx, claim, now), nextSuspicion)
+}
+
+// claimPlan is how to take one range Lease: create it (lease nil) or
+// update it, after revoking the tenure of member Lease revoke if set.
+type claimPlan struct {
+	i      int
+	lease  *coordinationv1.Lease
+	revoke *coordinationv1.Lease
+}
+
+// acquire takes the ranges of claim that are free, ending first the
+// tenures that must end (one write per dead member, not per range), and
+// returns when the first one it waits for may be free.
+func (m *Manager) acquire(ctx context.Context, claim []int, now time.Time) (next time.Time) {
+	t := m.tenure.Load()
+	if t == nil {
+		return time.Time{} // a tenure's start pokes the claim loop
+	}
+	var plans []claimPlan
+	revokes := map[string]*coordinationv1.Lease{}
+	for _, i := range claim {
+		p, ok, at := m.plan(i, now)
+		next = earliest(next, at)
+		if !ok {
+			continue
+		}
+		if p.revoke != nil {
+			revokes[p.revoke.Name] = p.revoke
+		}
+		plans = append(plans, p)
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, i := range claim {
+	revoked := map[string]bool{}
+	for name, l := range revokes {
 		wg.Go(func() {
-			at := m.tryAcquire(ctx, i)
+			ok := m.revoke(ctx, l)
 			mu.Lock()
 			defer mu.Unlock()
-			next = earliest(next, at)
+			revoked[name] = ok
 		})
 	}
 	wg.Wait()
-	return earliest(next, nextSuspicion)
+	for _, p := range plans {
+		if p.revoke == nil || revoked[p.revoke.Name] {
+			wg.Go(func() { m.take(ctx, p, t) })
+		}
+	}
+	wg.Wait()
+	return next
+}
+
+// plan says how range i's Lease may be taken now (ok), or when to look
+// again.
+func (m *Manager) plan(i int, now time.Time) (p claimPlan, ok bool, next time.Time) {
+	name := m.cfg.rangeLeaseName(i)
+	lease, err := m.leaseLister.Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		// A lease deleted under its holder is not free at once: the holder
+		// may act until its deadline.
+		if gone, ok := m.obs.deletedAt(name); ok && now.Before(gone.Add(m.cfg.LeaseDuration)) {
+			return p, false, gone.Add(m.cfg.LeaseDuration)
+		}
+		return claimPlan{i: i}, true, time.Time{}
+	case err != nil:
+		return p, false, time.Time{}
+	case holder(lease) == "":
+		return claimPlan{i: i, lease: lease}, true, time.Time{}
+	}
+	state := m.rangeLeaseState(lease, now)
+	if !state.free && state.revoke == nil {
+		return p, false, state.until
+	}
+	return claimPlan{i: i, lease: lease, revoke: state.revoke}, true, time.Time{}
+}
+
+// take writes range p.i's Lease, bound to tenure t, with the
+// resourceVersion it was planned on, and starts holding the range.
+func (m *Manager) take(ctx context.Context, p claimPlan, t *tenure) {
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	start := m.cfg.Clock.Now()
+	var lease *coordinationv1.Lease
+	var err error
+	if p.lease == nil {
+		lease, err = leases.Create(ctx, m.cfg.newRangeLease(p.i, t.id, start), metav1.CreateOptions{})
+	} else {
+		taken := p.lease.DeepCopy()
+		setHolder(taken, m.cfg.Identity, t.id, m.cfg.LeaseDuration, start)
+		lease, err = leases.Update(ctx, taken, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		// Usually a conflict: someone else was faster, or our cache is behind.
+		klog.FromContext(ctx).V(4).Info("Range not acquired", "range", p.i, "err", err)
+		return
+	}
+	m.startHolding(ctx, p.i, lease, t)
 }
 
 // prepare asks the Preparer, if the handler is one, to warm range i when
@@ -485,7 +619,9 @@ func (m *Manager) successors(a *Assignment, now time.Time) (owners []string, nex
 		}
 		seen := m.obs.observe(l, now)
 		if suspectAt := seen.Add(m.cfg.SuspectAfter); now.Before(suspectAt) {
-			healthy = append(healthy, id)
+			if l.Annotations[AnnotationLeaving] == "" {
+				healthy = append(healthy, id)
+			}
 			nextSuspicion = earliest(nextSuspicion, suspectAt)
 			continue
 		}
@@ -510,48 +646,12 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// tryAcquire takes range i's lease if it is free: missing, released, or
-// unchanged for its whole duration as seen from here. If another member
-// holds it, it returns when that lease expires unless renewed.
-func (m *Manager) tryAcquire(ctx context.Context, i int) (expiresAt time.Time) {
-	logger := klog.FromContext(ctx)
-	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
-	start := m.cfg.Clock.Now()
-	name := m.cfg.rangeLeaseName(i)
-	lease, err := m.leaseLister.Get(name)
-	switch {
-	case apierrors.IsNotFound(err):
-		// A lease deleted under its holder is not free at once: the holder
-		// may act until its deadline.
-		if gone, ok := m.obs.deletedAt(name); ok && start.Before(gone.Add(m.cfg.LeaseDuration)) {
-			return gone.Add(m.cfg.LeaseDuration)
-		}
-		lease, err = leases.Create(ctx, m.cfg.newRangeLease(i, start), metav1.CreateOptions{})
-	case err != nil:
-	case !m.obs.free(lease, start):
-		return m.obs.expiry(lease, start)
-	default:
-		taken := lease.DeepCopy()
-		now := metav1.NewMicroTime(start)
-		taken.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
-		taken.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))
-		taken.Spec.AcquireTime = &now
-		taken.Spec.RenewTime = &now
-		taken.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
-		lease, err = leases.Update(ctx, taken, metav1.UpdateOptions{})
+func (m *Manager) startHolding(ctx context.Context, i int, lease *coordinationv1.Lease, t *tenure) {
+	if _, ok := m.fenceOf(t.gen); !ok {
+		return // the tenure ended meanwhile: the Lease names a dead tenure, free for anyone
 	}
-	if err != nil {
-		// Usually a conflict: someone else was faster, or our cache is behind.
-		logger.V(4).Info("Range not acquired", "range", i, "err", err)
-		return time.Time{}
-	}
-	m.startHolding(ctx, i, lease, start)
-	return time.Time{}
-}
-
-func (m *Manager) startHolding(ctx context.Context, i int, lease *coordinationv1.Lease, renewStart time.Time) {
-	h := &holding{i: i, lease: lease, release: make(chan Reason, 1), done: make(chan struct{})}
-	m.deadlines[i].Store(renewStart.Add(m.cfg.RenewDeadline).UnixNano())
+	h := &holding{i: i, lease: lease, tenure: t, release: make(chan Reason, 1), done: make(chan struct{})}
+	m.heldGen[i].Store(t.gen)
 	m.mu.Lock()
 	m.held[i] = h
 	m.cfg.Metrics.setOwned(len(m.held))
@@ -585,8 +685,6 @@ func (m *Manager) hold(ctx context.Context, h *holding, assignedAt time.Time) {
 	acquired := make(chan error, 1)
 	go func() { acquired <- m.cfg.Handler.Acquired(acquireCtx, h.i) }()
 
-	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod)
-	defer ticker.Stop()
 	var reason Reason
 loop:
 	for {
@@ -612,11 +710,9 @@ loop:
 		case <-ctx.Done():
 			reason = ReasonRelease
 			break loop
-		case <-ticker.C():
-			if !m.renew(ctx, h) {
-				reason = ReasonExpiry
-				break loop
-			}
+		case <-h.tenure.ended:
+			reason = ReasonExpiry
+			break loop
 		}
 	}
 
@@ -630,12 +726,17 @@ loop:
 	m.cfg.Metrics.handoff(reason)
 	logger.V(2).Info("Stopping work on range", "reason", reason)
 
-	deadline := time.Unix(0, m.deadlines[h.i].Load())
-	if reason == ReasonExpiry {
-		// Holds has been false since the deadline: that is when ownership ended.
-		m.deadlines[h.i].Store(0)
-		m.emit(Event{Member: m.cfg.Identity, Range: h.i, Type: EventReleased, Reason: reason, Time: minTime(deadline, m.cfg.Clock.Now())})
-		m.cfg.Handler.Releasing(context.Background(), h.i, reason)
+	deadline, standing := m.fenceOf(h.tenure.gen)
+	if reason == ReasonExpiry || !standing {
+		// Holds has been false since the fence fell (at the latest now):
+		// that is when ownership ended.
+		fell := m.cfg.Clock.Now()
+		if f := m.fence.Load(); f != nil && f.gen == h.tenure.gen {
+			fell = minTime(time.Unix(0, f.deadline), fell)
+		}
+		m.heldGen[h.i].Store(0)
+		m.emit(Event{Member: m.cfg.Identity, Range: h.i, Type: EventReleased, Reason: ReasonExpiry, Time: fell})
+		m.cfg.Handler.Releasing(context.Background(), h.i, ReasonExpiry)
 		return
 	}
 
@@ -643,47 +744,17 @@ loop:
 	releaseCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	m.cfg.Handler.Releasing(releaseCtx, h.i, reason)
 	cancel()
-	m.deadlines[h.i].Store(0)
+	m.heldGen[h.i].Store(0)
 	m.emit(Event{Member: m.cfg.Identity, Range: h.i, Type: EventReleased, Reason: reason, Time: m.cfg.Clock.Now()})
 
 	writeCtx, cancel := context.WithTimeout(context.Background(), m.cfg.ShutdownTimeout)
 	defer cancel()
 	released := h.lease.DeepCopy()
-	released.Spec.HolderIdentity = nil
-	released.Spec.AcquireTime = nil
-	released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(m.cfg.Clock.Now()))
+	setHolder(released, "", "", m.cfg.LeaseDuration, m.cfg.Clock.Now())
 	if _, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(writeCtx, released, metav1.UpdateOptions{}); err != nil {
 		// Not fatal: the lease expires on its own.
 		logger.Error(err, "Releasing range lease failed; it will expire")
 	}
-}
-
-// renew renews h's lease and moves the fence forward. It returns false once
-// the range must be considered lost: the deadline passed, or someone else
-// wrote the lease.
-func (m *Manager) renew(ctx context.Context, h *holding) bool {
-	start := m.cfg.Clock.Now()
-	deadline := time.Unix(0, m.deadlines[h.i].Load())
-	if !start.Before(deadline) {
-		return false
-	}
-	renewCtx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	lease, err := m.cfg.renew(renewCtx, h.lease, start)
-	if err == nil {
-		h.lease = lease
-		m.deadlines[h.i].Store(start.Add(m.cfg.RenewDeadline).UnixNano())
-		return true
-	}
-	m.cfg.Metrics.renewFailed()
-	klog.FromContext(ctx).V(2).Info("Renewing range lease failed", "range", h.i, "err", err)
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		// Someone else wrote or deleted the lease: stop acting now, not at
-		// the deadline.
-		m.deadlines[h.i].Store(min(m.deadlines[h.i].Load(), m.cfg.Clock.Now().UnixNano()))
-		return false
-	}
-	return m.cfg.Clock.Now().Before(deadline)
 }
 
 // backOff records a failed Acquired of range i and returns how long the
@@ -715,7 +786,7 @@ func (m *Manager) liveMembers() (live []string, nextExpiry time.Time, err error)
 	now := m.cfg.Clock.Now()
 	for _, l := range leases {
 		id := holder(l)
-		if id == "" || (id == m.cfg.Identity && m.leaving.Load()) {
+		if id == "" || l.Annotations[AnnotationLeaving] != "" || (id == m.cfg.Identity && m.leaving.Load()) {
 			continue
 		}
 		if at := m.obs.expiry(l, now); now.Before(at) {

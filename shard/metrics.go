@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		renewFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "virtshard_shard_lease_renew_failures_total",
-			Help: "Failed renewals of range leases.",
+			Help: "Failed renewals of the member lease, whose tenure holds the ranges.",
 		}),
 		filterDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "virtshard_shard_filter_dropped_objects_total",

@@ -28,16 +28,22 @@ type Map struct {
 
 // RangeStatus is one range Lease.
 type RangeStatus struct {
-	Range       int
-	Holder      string
-	Assigned    string
-	LastRenew   time.Time
+	Range    int
+	Holder   string
+	Assigned string
+	// Tenure is the holder's tenure the range is bound to; Live whether
+	// that tenure is still the holder's member Lease's.
+	Tenure string
+	Live   bool
+	// Taken is when the Lease was last written: taken or released.
+	Taken       time.Time
 	Transitions int32
 }
 
 // MemberStatus is one member Lease, with what it holds.
 type MemberStatus struct {
 	Member    string
+	Tenure    string
 	LastRenew time.Time
 	Held      int
 	Assigned  int
@@ -80,13 +86,14 @@ func ReadMap(ctx context.Context, client kubernetes.Interface, namespace, name s
 		case l.Labels[LabelRole] == roleMember:
 			if id := holder(&l); id != "" {
 				member(id).LastRenew = renewed(&l)
+				member(id).Tenure = tenureOf(&l)
 			}
 		case l.Labels[LabelRole] == roleRange:
 			i, err := strconv.Atoi(l.Labels[LabelRange])
 			if err != nil {
 				continue
 			}
-			rs := RangeStatus{Range: i, Holder: holder(&l), LastRenew: renewed(&l), Transitions: ptr.Deref(l.Spec.LeaseTransitions, 0)}
+			rs := RangeStatus{Range: i, Holder: holder(&l), Tenure: tenureOf(&l), Taken: renewed(&l), Transitions: ptr.Deref(l.Spec.LeaseTransitions, 0)}
 			if m.Assignment != nil && i < len(m.Assignment.Owners) {
 				rs.Assigned = m.Assignment.Owners[i]
 			}
@@ -105,6 +112,10 @@ func ReadMap(ctx context.Context, client kubernetes.Interface, namespace, name s
 	}
 	if m.Leader != "" {
 		member(m.Leader).Leader = true
+	}
+	for k := range m.Ranges {
+		rs := &m.Ranges[k]
+		rs.Live = rs.Holder != "" && (rs.Tenure == "" || members[rs.Holder] != nil && members[rs.Holder].Tenure == rs.Tenure)
 	}
 	slices.SortFunc(m.Ranges, func(a, b RangeStatus) int { return a.Range - b.Range })
 	for _, ms := range members {
@@ -137,13 +148,17 @@ func (m Map) Write(w io.Writer, now time.Time) error {
 		gen = strconv.FormatInt(m.Assignment.Generation, 10)
 	}
 	fmt.Fprintf(tw, "leader: %s\tassignment generation: %s\n\n", orNone(m.Leader), gen)
-	fmt.Fprintln(tw, "MEMBER\tRANGES HELD\tASSIGNED\tLEADER\tLAST HEARTBEAT")
+	fmt.Fprintln(tw, "MEMBER\tTENURE\tRANGES HELD\tASSIGNED\tLEADER\tLAST HEARTBEAT")
 	for _, ms := range m.Members {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\n", ms.Member, ms.Held, ms.Assigned, ms.Leader, age(ms.LastRenew, now))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%v\t%s\n", ms.Member, orNone(ms.Tenure), ms.Held, ms.Assigned, ms.Leader, age(ms.LastRenew, now))
 	}
-	fmt.Fprintln(tw, "\nRANGE\tHOLDER\tASSIGNED\tLEASE AGE\tTRANSITIONS")
+	fmt.Fprintln(tw, "\nRANGE\tHOLDER\tTENURE\tASSIGNED\tTAKEN\tTRANSITIONS")
 	for _, rs := range m.Ranges {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\n", rs.Range, orNone(rs.Holder), orNone(rs.Assigned), age(rs.LastRenew, now), rs.Transitions)
+		tenure := orNone(rs.Tenure)
+		if rs.Holder != "" && !rs.Live {
+			tenure += " (ended)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\n", rs.Range, orNone(rs.Holder), tenure, orNone(rs.Assigned), age(rs.Taken, now), rs.Transitions)
 	}
 	return tw.Flush()
 }

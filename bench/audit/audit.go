@@ -1,9 +1,12 @@
-// Package audit checks the API server's audit log against the range Lease
+// Package audit checks the API server's audit log against the Lease
 // timeline it also records: every write a replica made to an object must
-// fall inside that replica's tenure of the object's range. A tenure starts
-// with a Lease write naming the replica as holder and lasts a lease
-// duration past its latest such write, unless another write (a release, or
-// another holder) ends it first. A write outside is a fenced-write
+// fall inside that replica's hold of the object's range. A hold starts with
+// a range Lease write naming the replica as holder, and ends with the next
+// write of that Lease (a release, or another holder). While it lasts, the
+// replica may write as long as the tenure the range Lease names does: its
+// member Lease was last written by the replica in that tenure less than a
+// lease duration before. A range Lease that names no tenure is held a lease
+// duration past its own latest write. A write outside is a fenced-write
 // violation: the zombie the fence exists for.
 package audit
 
@@ -18,6 +21,8 @@ import (
 	"time"
 
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+
+	"github.com/virtshard/virtshard/shard"
 )
 
 // UserAgentPrefix starts the user agent of every replica's requests; the
@@ -28,9 +33,10 @@ const UserAgentPrefix = "virtshard-controller/"
 // object belongs to.
 type Checker struct {
 	// LeaseNamespace and LeasePrefix name range i's Lease
-	// LeasePrefix+strconv.Itoa(i) in LeaseNamespace.
-	LeaseNamespace, LeasePrefix string
-	LeaseDuration               time.Duration
+	// LeasePrefix+strconv.Itoa(i) in LeaseNamespace, and MemberPrefix the
+	// member Lease MemberPrefix+identity.
+	LeaseNamespace, LeasePrefix, MemberPrefix string
+	LeaseDuration                             time.Duration
 	// RangeOf returns the range of an object a replica wrote, or false to
 	// leave the write unchecked.
 	RangeOf func(resource, namespace, name string) (int, bool)
@@ -67,21 +73,24 @@ type Result struct {
 	// Checked counts the replicas' writes to objects with a range, sent
 	// and answered, whatever the answer.
 	Checked int
-	// LeaseWrites counts range Lease writes (acquisitions, renewals,
-	// releases).
-	LeaseWrites int
-	Violations  []Violation
+	// LeaseWrites counts range Lease writes (acquisitions, releases,
+	// renewals of Leases without a tenure), MemberLeaseWrites the member
+	// Leases' (tenures begun, renewed, revoked, ended).
+	LeaseWrites, MemberLeaseWrites int
+	Violations                     []Violation
 }
 
 type leaseWrite struct {
 	at     time.Time
 	holder string // "" when released
+	tenure string
 }
 
 // Check reads an audit log (one JSON event per line) and checks every
 // replica write in it.
 func (c Checker) Check(log io.Reader) (Result, error) {
 	leases := map[int][]leaseWrite{}
+	members := map[string][]leaseWrite{} // by identity
 	var writes []Write
 	var ranges []int
 	err := Scan(log, func(ev *auditv1.Event) error {
@@ -94,11 +103,22 @@ func (c Checker) Check(log io.Reader) (Result, error) {
 			if ev.ResponseStatus.Code/100 != 2 {
 				return nil // a failed claim or renewal changes no tenure
 			}
-			holder, err := leaseHolder(ev)
+			w, err := leaseWritten(ev)
 			if err != nil {
 				return err
 			}
-			leases[i] = append(leases[i], leaseWrite{at: ev.StageTimestamp.Time, holder: holder})
+			leases[i] = append(leases[i], w)
+			return nil
+		}
+		if id, ok := c.memberLease(ref); ok {
+			if ev.ResponseStatus.Code/100 != 2 {
+				return nil
+			}
+			w, err := leaseWritten(ev)
+			if err != nil {
+				return err
+			}
+			members[id] = append(members[id], w)
 			return nil
 		}
 		i, ok := c.RangeOf(ref.Resource, ref.Namespace, ref.Name)
@@ -114,12 +134,17 @@ func (c Checker) Check(log io.Reader) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{Checked: len(writes)}
+	byTime := func(a, b leaseWrite) int { return a.at.Compare(b.at) }
 	for i := range leases {
-		slices.SortStableFunc(leases[i], func(a, b leaseWrite) int { return a.at.Compare(b.at) })
+		slices.SortStableFunc(leases[i], byTime)
 		res.LeaseWrites += len(leases[i])
 	}
+	for id := range members {
+		slices.SortStableFunc(members[id], byTime)
+		res.MemberLeaseWrites += len(members[id])
+	}
 	for n, w := range writes {
-		if reason := c.outside(leases[ranges[n]], w); reason != "" {
+		if reason := c.outside(leases[ranges[n]], members[w.Replica], w); reason != "" {
 			res.Violations = append(res.Violations, Violation{Write: w, Range: ranges[n], Reason: reason})
 		}
 	}
@@ -143,28 +168,54 @@ func Scan(log io.Reader, fn func(*auditv1.Event) error) error {
 	return scanner.Err()
 }
 
-// outside says why w falls outside its replica's tenure, or "".
-func (c Checker) outside(timeline []leaseWrite, w Write) string {
-	// The last Lease write that took effect before the request arrived.
-	i, _ := slices.BinarySearchFunc(timeline, w.At, func(l leaseWrite, t time.Time) int {
+// outside says why w falls outside its replica's hold of the range, given
+// the range Lease's timeline and the replica's member Lease's, or "".
+func (c Checker) outside(rangeLease, memberLease []leaseWrite, w Write) string {
+	last, ok := lastBefore(rangeLease, w.At)
+	switch {
+	case !ok:
+		return "before any tenure of the range"
+	case last.holder == "":
+		return fmt.Sprintf("the range was released at %s", last.at.Format(time.RFC3339Nano))
+	case last.holder != w.Replica:
+		return fmt.Sprintf("%s held the range from %s", last.holder, last.at.Format(time.RFC3339Nano))
+	case last.tenure == "" && w.At.Sub(last.at) >= c.LeaseDuration:
+		return fmt.Sprintf("the lease was last renewed at %s, more than %s before", last.at.Format(time.RFC3339Nano), c.LeaseDuration)
+	case last.tenure == "":
+		return ""
+	}
+	beat, ok := lastBefore(memberLease, w.At)
+	switch {
+	case !ok:
+		return fmt.Sprintf("the range is bound to tenure %s, which no member Lease write began", last.tenure)
+	case beat.holder != w.Replica || beat.tenure != last.tenure:
+		return fmt.Sprintf("tenure %s, to which the range is bound, ended at %s", last.tenure, beat.at.Format(time.RFC3339Nano))
+	case w.At.Sub(beat.at) >= c.LeaseDuration:
+		return fmt.Sprintf("tenure %s was last renewed at %s, more than %s before", last.tenure, beat.at.Format(time.RFC3339Nano), c.LeaseDuration)
+	}
+	return ""
+}
+
+// lastBefore is the last write of timeline that took effect before t.
+func lastBefore(timeline []leaseWrite, t time.Time) (leaseWrite, bool) {
+	i, _ := slices.BinarySearchFunc(timeline, t, func(l leaseWrite, t time.Time) int {
 		if l.at.After(t) {
 			return 1
 		}
 		return -1
 	})
 	if i == 0 {
-		return "before any tenure of the range"
+		return leaseWrite{}, false
 	}
-	last := timeline[i-1]
-	switch {
-	case last.holder == "":
-		return fmt.Sprintf("the range was released at %s", last.at.Format(time.RFC3339Nano))
-	case last.holder != w.Replica:
-		return fmt.Sprintf("%s held the range from %s", last.holder, last.at.Format(time.RFC3339Nano))
-	case w.At.Sub(last.at) >= c.LeaseDuration:
-		return fmt.Sprintf("the lease was last renewed at %s, more than %s before", last.at.Format(time.RFC3339Nano), c.LeaseDuration)
+	return timeline[i-1], true
+}
+
+// memberLease returns the identity whose member Lease ref is.
+func (c Checker) memberLease(ref *auditv1.ObjectReference) (string, bool) {
+	if c.MemberPrefix == "" || ref.Resource != "leases" || ref.Namespace != c.LeaseNamespace {
+		return "", false
 	}
-	return ""
+	return strings.CutPrefix(ref.Name, c.MemberPrefix)
 }
 
 func (c Checker) leaseRange(ref *auditv1.ObjectReference) (int, bool) {
@@ -179,22 +230,27 @@ func (c Checker) leaseRange(ref *auditv1.ObjectReference) (int, bool) {
 	return i, err == nil
 }
 
-// leaseHolder is the holder a Lease write sets: "" for a delete or a
-// release.
-func leaseHolder(ev *auditv1.Event) (string, error) {
+// leaseWritten is what a Lease write sets: its holder ("" for a delete or
+// a release) and tenure.
+func leaseWritten(ev *auditv1.Event) (leaseWrite, error) {
+	w := leaseWrite{at: ev.StageTimestamp.Time}
 	if ev.Verb == "delete" || ev.RequestObject == nil {
-		return "", nil
+		return w, nil
 	}
 	var lease struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
 		Spec struct {
 			HolderIdentity *string `json:"holderIdentity"`
 		} `json:"spec"`
 	}
 	if err := json.Unmarshal(ev.RequestObject.Raw, &lease); err != nil {
-		return "", fmt.Errorf("lease %s in audit event %s: %w", ev.ObjectRef.Name, ev.AuditID, err)
+		return w, fmt.Errorf("lease %s in audit event %s: %w", ev.ObjectRef.Name, ev.AuditID, err)
 	}
-	if lease.Spec.HolderIdentity == nil {
-		return "", nil
+	if lease.Spec.HolderIdentity != nil {
+		w.holder = *lease.Spec.HolderIdentity
+		w.tenure = lease.Metadata.Annotations[shard.AnnotationTenure]
 	}
-	return *lease.Spec.HolderIdentity, nil
+	return w, nil
 }

@@ -15,6 +15,11 @@ func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Seco
 // event renders one audit event line. holder is the Lease's holder for
 // Lease writes ("-" for none).
 func event(replica, verb, resource, name string, received, done float64, code int, holder string) string {
+	return tenured(replica, verb, resource, name, received, done, code, holder, "")
+}
+
+// tenured is event for a Lease write that names a tenure.
+func tenured(replica, verb, resource, name string, received, done float64, code int, holder, tenure string) string {
 	ev := map[string]any{
 		"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata", "auditID": fmt.Sprint(received),
 		"stage": "ResponseComplete", "verb": verb, "userAgent": UserAgentPrefix + replica,
@@ -29,14 +34,14 @@ func event(replica, verb, resource, name string, received, done float64, code in
 		if holder != "-" {
 			spec["holderIdentity"] = holder
 		}
-		ev["requestObject"] = map[string]any{"spec": spec}
+		ev["requestObject"] = map[string]any{"spec": spec, "metadata": map[string]any{"annotations": map[string]string{"virtshard.io/tenure": tenure}}}
 	}
 	out, _ := json.Marshal(ev)
 	return string(out)
 }
 
 func checker() Checker {
-	return Checker{LeaseNamespace: "ns", LeasePrefix: "vs-range-", LeaseDuration: 10 * time.Second,
+	return Checker{LeaseNamespace: "ns", LeasePrefix: "vs-range-", MemberPrefix: "vs-member-", LeaseDuration: 10 * time.Second,
 		RangeOf: func(resource, _, name string) (int, bool) {
 			if resource != "pods" && resource != "virtualmachineinstances" {
 				return 0, false
@@ -96,6 +101,44 @@ func TestWritesOutsideTheirTenureAreViolations(t *testing.T) {
 		}
 		if v.Applied() != (v.Code != 409) {
 			t.Errorf("violation %d: applied %v with HTTP %d", i, v.Applied(), v.Code)
+		}
+	}
+}
+
+// A range bound to a tenure is held while the member Lease renews that
+// tenure, with no writes of its own; it ends with the tenure, whoever ends
+// it.
+func TestRangesBoundToATenureLastAsLongAsIt(t *testing.T) {
+	log := strings.Join([]string{
+		tenured("a", "create", "leases", "vs-member-a", 0, 0.01, 201, "a", "t1"),
+		tenured("a", "update", "leases", "vs-range-3", 0.5, 0.51, 200, "a", "t1"),
+		event("a", "create", "pods", "obj-3", 1, 1.1, 201, ""),
+		tenured("a", "update", "leases", "vs-member-a", 8, 8.01, 200, "a", "t1"),
+		event("a", "patch", "virtualmachineinstances", "obj-3", 17, 17.1, 200, ""), // renewed at 8: fine
+		// a stops renewing; b revokes the tenure and takes the range.
+		event("a", "patch", "pods", "obj-3", 18.5, 18.6, 200, ""), // 10.5 s after the last renewal
+		tenured("b", "update", "leases", "vs-member-a", 19, 19.01, 200, "-", ""),
+		event("a", "delete", "pods", "obj-3", 19.5, 19.6, 200, ""), // its tenure revoked
+		tenured("b", "update", "leases", "vs-range-3", 20, 20.01, 200, "b", "t9"),
+		tenured("b", "create", "leases", "vs-member-b", 0, 0.01, 201, "b", "t9"),
+		tenured("b", "update", "leases", "vs-member-b", 15, 15.01, 200, "b", "t9"),
+		event("b", "patch", "pods", "obj-3", 21, 21.1, 200, ""),
+		// a comes back in a new tenure; the range stays b's.
+		tenured("a", "update", "leases", "vs-member-a", 22, 22.01, 200, "a", "t2"),
+		event("a", "patch", "pods", "obj-3", 23, 23.1, 409, ""),
+	}, "\n")
+	res, err := checker().Check(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"more than 10s before", "ended at", "b held the range"}
+	if len(res.Violations) != len(want) || res.Checked != 6 || res.LeaseWrites != 2 || res.MemberLeaseWrites != 6 {
+		t.Fatalf("checked %d, %d range and %d member lease writes, violations %v; want 6, 2, 6 and %d violations",
+			res.Checked, res.LeaseWrites, res.MemberLeaseWrites, res.Violations, len(want))
+	}
+	for i, v := range res.Violations {
+		if !strings.Contains(v.Reason, want[i]) {
+			t.Errorf("violation %d: %s, want it to say %q", i, v, want[i])
 		}
 	}
 }

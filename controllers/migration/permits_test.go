@@ -2,23 +2,18 @@ package migration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/client/optimisticfake"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
 
@@ -158,37 +153,10 @@ func TestPruneDropsPermitsOfMigrationsThatAreOver(t *testing.T) {
 	}
 }
 
-// optimisticClient is a fake clientset that refuses an update of a stale
-// object, as the API server's optimistic concurrency does; the fake's
-// tracker alone takes any update.
-func optimisticClient() *fake.Clientset {
-	client := fake.NewClientset()
-	client.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		obj := a.(k8stesting.CreateAction).GetObject().(metav1.Object)
-		obj.SetResourceVersion("1")
-		return false, nil, nil
-	})
-	client.PrependReactor("update", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		obj := a.(k8stesting.UpdateAction).GetObject().(metav1.Object)
-		stored, err := client.Tracker().Get(a.GetResource(), a.GetNamespace(), obj.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		rv := stored.(metav1.Object).GetResourceVersion()
-		if obj.GetResourceVersion() != rv {
-			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), obj.GetName(), errors.New("the object has been modified"))
-		}
-		n, _ := strconv.Atoi(rv)
-		obj.SetResourceVersion(strconv.Itoa(n + 1))
-		return false, nil, nil // the tracker stores it
-	})
-	return client
-}
-
 // Replicas granting at once through optimistic concurrency never exceed
 // the limits: every conflict is read again and granted afresh.
 func TestConcurrentAcquiresNeverExceedTheLimits(t *testing.T) {
-	client := optimisticClient()
+	client := optimisticfake.NewClientset()
 	ns := "default"
 	limits := Limits{PerCluster: 5, PerNode: 2}
 	newPermits := func() *Permits {

@@ -165,7 +165,7 @@ func checkAudit(t *testing.T, kv *kubevirt.Clientset, ns string, from int64, lea
 	}
 	defer auditLog.Close()
 	res, err := audit.Checker{
-		LeaseNamespace: ns, LeasePrefix: "virtshard-range-", LeaseDuration: lease,
+		LeaseNamespace: ns, LeasePrefix: "virtshard-range-", MemberPrefix: "virtshard-member-", LeaseDuration: lease,
 		RangeOf: func(resource, namespace, name string) (int, bool) {
 			i, ok := owner[resource+"/"+name]
 			return i, ok && namespace == ns
@@ -174,7 +174,7 @@ func checkAudit(t *testing.T, kv *kubevirt.Clientset, ns string, from int64, lea
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("checked %d replica writes against %d range lease writes", res.Checked, res.LeaseWrites)
+	t.Logf("checked %d replica writes against %d range and %d member lease writes", res.Checked, res.LeaseWrites, res.MemberLeaseWrites)
 	if res.LeaseWrites == 0 {
 		t.Error("the audit log has no range lease writes: nothing to check against")
 	}

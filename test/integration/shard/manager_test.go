@@ -53,6 +53,9 @@ type member struct {
 	// informers fall behind the server, as they do under load.
 	lag      *atomic.Bool
 	registry *prometheus.Registry
+	// leaseWrites counts the member's writes to Leases (leader election
+	// included).
+	leaseWrites *atomic.Int64
 }
 
 type timeline struct {
@@ -150,9 +153,10 @@ func newGroup(t *testing.T) *group {
 }
 
 type cutTransport struct {
-	next http.RoundTripper
-	cut  *atomic.Bool
-	lag  *atomic.Bool
+	next        http.RoundTripper
+	cut         *atomic.Bool
+	lag         *atomic.Bool
+	leaseWrites *atomic.Int64
 }
 
 var errCut = errors.New("connection cut by test")
@@ -160,6 +164,9 @@ var errCut = errors.New("connection cut by test")
 func (c cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if c.cut.Load() {
 		return nil, errCut
+	}
+	if r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/leases") {
+		c.leaseWrites.Add(1)
 	}
 	resp, err := c.next.RoundTrip(r)
 	if err == nil && r.URL.Query().Get("watch") == "true" {
@@ -183,9 +190,9 @@ func (b laggingBody) Read(p []byte) (int, error) {
 
 func (g *group) start(id string) *member {
 	g.t.Helper()
-	cut, lag := &atomic.Bool{}, &atomic.Bool{}
+	cut, lag, leaseWrites := &atomic.Bool{}, &atomic.Bool{}, &atomic.Int64{}
 	cfg := clustertest.Config(g.t)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, cut, lag} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, cut, lag, leaseWrites} })
 	client := kubernetes.NewForConfigOrDie(cfg)
 	registry := prometheus.NewRegistry()
 	m, err := shard.NewManager(shard.Config{
@@ -201,7 +208,7 @@ func (g *group) start(id string) *member {
 	}
 	m.Observer = g.timeline.add
 	ctx, cancel := context.WithCancel(context.Background())
-	mem := &member{id: id, manager: m, cancel: cancel, done: make(chan error, 1), cut: cut, lag: lag, registry: registry}
+	mem := &member{id: id, manager: m, cancel: cancel, done: make(chan error, 1), cut: cut, lag: lag, registry: registry, leaseWrites: leaseWrites}
 	go func() { mem.done <- m.Run(ctx) }()
 	g.members[id] = mem
 	return mem
@@ -370,6 +377,36 @@ func distinct(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// Idle members write the Leases at a rate that grows with the members, not
+// the ranges: each renews its member Lease, the leader its leadership; a
+// range Lease is written only when it changes hands. (When every range Lease
+// was renewed on its own, 64 ranges cost 32 writes a second more.)
+func TestIdleLeaseWritesGrowWithMembersNotRanges(t *testing.T) {
+	g := newGroup(t)
+	for _, id := range []string{"a", "b", "c"} {
+		g.start(id)
+	}
+	g.waitConverged(30 * time.Second)
+	// Past the handoffs of the start: the members' Leases settle.
+	time.Sleep(2 * shard.DefaultRetryPeriod)
+	count := func() (n int64) {
+		for _, m := range g.members {
+			n += m.leaseWrites.Load()
+		}
+		return n
+	}
+	const window = 20 * time.Second
+	before, start := count(), time.Now()
+	time.Sleep(window)
+	perSecond := float64(count()-before) / time.Since(start).Seconds()
+	t.Logf("3 idle members, %d ranges: %.2f lease writes a second", rangeCount, perSecond)
+	// Three member renewals every retry period (1.5/s) and the leader's
+	// every half second (2/s), with room for a retried write.
+	if perSecond > 5 {
+		t.Errorf("%.2f lease writes a second from 3 idle members, want at most 5", perSecond)
+	}
 }
 
 func TestScalingMovesOnlyWhatItMust(t *testing.T) {
