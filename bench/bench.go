@@ -138,7 +138,7 @@ func (o *Options) Parse(args []string) error {
 	flags.IntVar(&o.Replicas, "replicas", o.Replicas, "controller replicas (default by scenario)")
 	flags.IntVar(&o.VMIs, "vmis", o.VMIs, "VMIs to create (default by scenario)")
 	flags.IntVar(&o.Creators, "creators", o.Creators, "concurrent VMI creators")
-	flags.Float64Var(&o.Rate, "rate", o.Rate, "VMIs created per second, 0 is as fast as possible (default by scenario)")
+	flags.Float64Var(&o.Rate, "rate", o.Rate, "VMIs created per second, arriving as a Poisson process; 0 is as fast as possible (default by scenario)")
 	flags.IntVar(&o.Migrations, "migrations", o.Migrations, "VMIs the migrations scenario migrates at once (0: a fifth of --vmis)")
 	replicaArgs := strings.Join(o.ReplicaArgs, " ")
 	flags.StringVar(&replicaArgs, "replica-args", replicaArgs, "extra flags for every replica, space-separated (e.g. -v=2)")

@@ -1,7 +1,7 @@
 // Package workload makes the VMIs that the demo and the bench drive:
 // realistic VMIs, defaulted as virt-api stores them, that kwok's nodes run,
-// created by concurrent creators, optionally at
-// a fixed rate.
+// created by concurrent creators, optionally arriving at a rate as a
+// Poisson process.
 package workload
 
 import (
@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,8 +132,12 @@ type Options struct {
 	Namespace   string
 	Count       int
 	Concurrency int
-	// Rate is VMIs per second; 0 creates as fast as the creators can.
+	// Rate is VMIs per second, arriving as a Poisson process (exponential
+	// gaps, so that arrivals are not phase-locked to the whole seconds of
+	// the API's timestamps); 0 creates as fast as the creators can.
 	Rate float64
+	// Seed seeds the arrival gaps; runs with one seed send alike.
+	Seed uint64
 	// Prefix names the VMIs Prefix-00000 and up.
 	Prefix string
 	// Spread spreads the VMIs over the nodes (see Spread).
@@ -145,14 +150,12 @@ type Options struct {
 // Create creates opts.Count VMIs and counts them in created; it returns the
 // first error, after which the creators stop.
 func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *atomic.Int64) error {
-	var tick <-chan time.Time
-	if opts.Rate > 0 {
-		ticker := time.NewTicker(time.Duration(float64(time.Second) / opts.Rate))
-		defer ticker.Stop()
-		tick = ticker.C
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var tick <-chan struct{}
+	if opts.Rate > 0 {
+		tick = arrivals(ctx, PoissonGaps(opts.Rate, opts.Count, opts.Seed))
+	}
 	var next atomic.Int64
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
@@ -161,7 +164,10 @@ func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *
 			for ctx.Err() == nil {
 				if tick != nil {
 					select {
-					case <-tick:
+					case _, more := <-tick:
+						if !more {
+							return
+						}
 					case <-ctx.Done():
 						return
 					}
@@ -194,6 +200,42 @@ func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *
 		return *errp
 	}
 	return ctx.Err()
+}
+
+// PoissonGaps are the n gaps between the arrivals of a Poisson process of
+// rate a second: exponentially distributed, with mean 1/rate, drawn from
+// seed.
+func PoissonGaps(rate float64, n int, seed uint64) []time.Duration {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	gaps := make([]time.Duration, n)
+	for i := range gaps {
+		gaps[i] = time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+	}
+	return gaps
+}
+
+// arrivals sends one token per gap, each when its arrival time comes
+// (measured from the start, so that a late token does not push the rest
+// back), until ctx is done, and closes the channel after the last; a token
+// waits for a free creator.
+func arrivals(ctx context.Context, gaps []time.Duration) <-chan struct{} {
+	out := make(chan struct{}, len(gaps))
+	go func() {
+		defer close(out)
+		at := time.Now()
+		for _, gap := range gaps {
+			at = at.Add(gap)
+			timer := time.NewTimer(time.Until(at))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			out <- struct{}{}
+		}
+	}()
+	return out
 }
 
 // createBackoff retries a create for about 30 s: longer than the API server

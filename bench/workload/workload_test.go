@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -128,5 +129,40 @@ func TestVMIIsRealisticAndDefaulted(t *testing.T) {
 	}
 	if len(sizes) != len(memorySizes) {
 		t.Errorf("memory sizes %v over 40 VMIs, want all of %v", sizes, memorySizes)
+	}
+}
+
+// Open-loop arrivals are a Poisson process: exponential gaps, whose mean is
+// the rate's period and whose standard deviation equals the mean (a fixed
+// ticker's is 0, and phase-locks arrivals to whole seconds).
+func TestArrivalsArePoisson(t *testing.T) {
+	const rate, n = 20.0, 20000
+	gaps := PoissonGaps(rate, n, 1)
+	var sum, sumSq float64
+	for _, g := range gaps {
+		s := g.Seconds()
+		sum += s
+		sumSq += s * s
+	}
+	mean := sum / n
+	cv := math.Sqrt(sumSq/n-mean*mean) / mean
+	if math.Abs(mean-1/rate)/(1/rate) > 0.03 || math.Abs(cv-1) > 0.03 {
+		t.Errorf("gaps: mean %.4f s (want %.4f), coefficient of variation %.3f (want 1)", mean, 1/rate, cv)
+	}
+	if again := PoissonGaps(rate, n, 1); !slices.Equal(again, gaps) {
+		t.Error("one seed gave two different arrival sequences")
+	}
+}
+
+// Every arrival is handed out once, and the channel closes after the last,
+// so that waiting creators stop.
+func TestArrivalsCloseAfterTheLast(t *testing.T) {
+	gaps := PoissonGaps(1000, 50, 2)
+	got := 0
+	for range arrivals(context.Background(), gaps) {
+		got++
+	}
+	if got != len(gaps) {
+		t.Errorf("%d arrivals, want %d", got, len(gaps))
 	}
 }
