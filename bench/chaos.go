@@ -230,11 +230,10 @@ func (r *vmiRun) injectFaults(ctx context.Context, start time.Time, stop <-chan 
 		default:
 		}
 		victim := random.IntN(r.replicas)
-		rec, err := r.killReplica(ctx, victim)
+		rec, err := r.killReplica(ctx, victim, start)
 		if err != nil {
 			return err
 		}
-		rec.AtSeconds = time.Since(start).Seconds() - rec.RecoverySeconds
 		*records = append(*records, rec)
 		// Every other slot, the next of the other faults, on another replica.
 		if slot%2 == 0 && len(extras) > 0 {
@@ -252,10 +251,13 @@ func (r *vmiRun) injectFaults(ctx context.Context, start time.Time, stop <-chan 
 	}
 }
 
-func (r *vmiRun) killReplica(ctx context.Context, i int) (FaultRecord, error) {
+// killReplica kills replica i, waits until its ranges are acted on again,
+// and starts it anew. The fault's window starts when the kill is sent.
+func (r *vmiRun) killReplica(ctx context.Context, i int, start time.Time) (FaultRecord, error) {
 	victim := r.fleet.member(i)
 	r.retire(ctx, victim)
 	r.logf("chaos: kill -9 %s", victim.ID)
+	killed := time.Now()
 	victim.Kill()
 	took, err := r.fleet.waitOwned(ctx, time.Minute)
 	if err != nil {
@@ -267,7 +269,7 @@ func (r *vmiRun) killReplica(ctx context.Context, i int) (FaultRecord, error) {
 	if err := r.fleet.waitHolding(ctx, r.fleet.name(i), time.Minute); err != nil {
 		return FaultRecord{}, err
 	}
-	return FaultRecord{Kind: "kill", Replica: victim.ID, RecoverySeconds: took.Seconds()}, nil
+	return FaultRecord{Kind: "kill", Replica: victim.ID, AtSeconds: killed.Sub(start).Seconds(), RecoverySeconds: took.Seconds()}, nil
 }
 
 func (r *vmiRun) otherFault(ctx context.Context, kind string, i int) (FaultRecord, error) {
