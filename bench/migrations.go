@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/controllers/migration"
 )
 
@@ -36,6 +37,11 @@ type MigrationStats struct {
 	LimitPerCluster    int `json:"limitPerCluster"`
 	LimitPerNode       int `json:"limitPerNode"`
 	Samples            int `json:"samples"`
+	// WritesPerMigration are the controllers' writes during the migration
+	// phase (after the burst's were counted), by verb and resource, divided
+	// by the migrations. The report's replica stats (peak RSS, CPU) are
+	// read after this phase, so they cover it too.
+	WritesPerMigration WritesPerVMI `json:"writesPerMigration"`
 }
 
 // migrations runs the VMIs, then migrates --migrations of them at once.
@@ -48,12 +54,34 @@ func (r *vmiRun) migrations(ctx context.Context) (*Report, error) {
 	if count == 0 {
 		count = max(r.vmis/5, 1)
 	}
+	before, err := r.controllerWrites(ctx)
+	if err != nil {
+		return nil, err
+	}
 	stats, err := r.migrate(ctx, count)
 	if err != nil {
 		return nil, err
 	}
+	replicaStats, after, err := r.fleet.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.ReplicaStats = replicaStats
+	stats.WritesPerMigration = WritesPerVMI{ByVerbResource: map[string]float64{}}
+	for key, v := range after {
+		if d := v - before[key]; replicas.ControllerWrite(key) && d > 0 {
+			stats.WritesPerMigration.ByVerbResource[key] = d / float64(count)
+			stats.WritesPerMigration.Total += d / float64(count)
+		}
+	}
 	rep.Migration = stats
 	return rep, nil
+}
+
+// controllerWrites reads the live replicas' write counters now.
+func (r *vmiRun) controllerWrites(ctx context.Context) (map[string]float64, error) {
+	_, writes, err := r.fleet.stats(ctx)
+	return writes, err
 }
 
 // migrationSampler keeps what the samples saw.

@@ -204,6 +204,8 @@ func (r *Report) writeText(out io.Writer) {
 		fmt.Fprintf(out, "migrations: %d, %d succeeded, %d failed, %.2f/s, duration %s; in flight at most %d in the cluster (limit %d) and %d out of one node (limit %d), %d samples\n",
 			m.Migrations, m.Succeeded, m.Failed, m.MigrationsPerSecond, m.DurationSeconds, m.MaxInFlightCluster, m.LimitPerCluster,
 			m.MaxOutboundPerNode, m.LimitPerNode, m.Samples)
+		fmt.Fprintf(out, "controller writes per migration: %.2f %s (replica stats below cover the migrations)\n",
+			m.WritesPerMigration.Total, sortedMap(m.WritesPerMigration.ByVerbResource))
 	}
 	if len(r.ClusterCPUSeconds) > 0 {
 		fmt.Fprintf(out, "control plane CPU seconds during the VMI run: %s\n", sortedMap(r.ClusterCPUSeconds))

@@ -113,6 +113,8 @@ func TestSmoke(t *testing.T) {
 					t.Errorf("sampled %d in flight (limit %d), %d out of a node (limit %d)", m.MaxInFlightCluster, m.LimitPerCluster, m.MaxOutboundPerNode, m.LimitPerNode)
 				case m.MigrationsPerSecond <= 0 || m.DurationSeconds.P99 <= 0:
 					t.Errorf("rate %.2f/s, durations %s: not measured", m.MigrationsPerSecond, m.DurationSeconds)
+				case m.WritesPerMigration.ByVerbResource["create pods"] < 1:
+					t.Errorf("writes per migration %.2f %v: want at least its target pod's create", m.WritesPerMigration.Total, m.WritesPerMigration.ByVerbResource)
 				}
 			case bench.ScenarioThroughput:
 				if r.CeilingPodsPerSecond <= 0 || r.CeilingRatio <= 0 {
