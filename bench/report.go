@@ -160,11 +160,11 @@ func (r *Report) writeText(out io.Writer) {
 	}
 	fmt.Fprintf(out, "%s: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s; %d stuck, %d duplicate launcher pods\n",
 		r.Scenario, r.VMIs, r.Replicas, r.Running, r.DurationSeconds, r.VMIsPerSecond, r.Stuck, r.DuplicateLauncherPods)
-	fmt.Fprintf(out, "latency creation→Running p50/p95/p99 %s (to Scheduled %s; observed by the bench %s)\n",
-		r.LatencySeconds, r.HandoffLatencySeconds, r.ObservedLatencySeconds)
+	fmt.Fprintf(out, "latency create→Running p50/p95/p99 observed by the bench %s (from the API's whole-second timestamps %s, to Scheduled %s)\n",
+		r.ObservedLatencySeconds, r.LatencySeconds, r.HandoffLatencySeconds)
 	for _, l := range r.LatencyRuns {
-		fmt.Fprintf(out, "  open loop at %.1f VMIs/s, %d VMIs: creation→Running %s (to Scheduled %s; observed %s)\n",
-			l.Rate, l.VMIs, l.LatencySeconds, l.HandoffSeconds, l.ObservedSeconds)
+		fmt.Fprintf(out, "  open loop at %.1f VMIs/s, %d VMIs: create→Running observed %s (timestamps %s, to Scheduled %s)\n",
+			l.Rate, l.VMIs, l.ObservedSeconds, l.LatencySeconds, l.HandoffSeconds)
 	}
 	fmt.Fprintf(out, "writes per VMI: %.2f %s; events per VMI: %.2f; all clients' writes per VMI: %.2f\n",
 		r.WritesPerVMI.Total, sortedMap(r.WritesPerVMI.ByVerbResource), r.EventsPerVMI, r.AllClientWritesPerVMI)
