@@ -61,14 +61,27 @@ var kubevirtDevices = []corev1.ResourceName{
 // NodeName is the name of the i-th kwok node.
 func NodeName(i int) string { return fmt.Sprintf("kwok-node-%d", i) }
 
+// MaxNodes is how many nodes get a pod CIDR of their own.
+const MaxNodes = 254
+
+// PodCIDR is the i-th kwok node's pod CIDR, from which kwok gives its pods
+// their IPs: a /16 each (65,534 addresses, far more than a node's pods), so
+// that no node shares, or runs out of, pod IPs; without one kwok gives
+// every node's pods addresses from one default range.
+func PodCIDR(i int) string { return fmt.Sprintf("10.%d.0.0/16", i+1) }
+
 // EnsureNodes creates the kwok nodes that are missing, leaving existing
 // ones alone.
 func EnsureNodes(ctx context.Context, client kubernetes.Interface, opts NodeOptions) error {
 	if opts.PodsPerNode == 0 {
 		opts.PodsPerNode = DefaultPodsPerNode
 	}
+	if opts.Count > MaxNodes {
+		return fmt.Errorf("%d nodes asked for, at most %d get a pod CIDR of their own", opts.Count, MaxNodes)
+	}
 	for i := range opts.Count {
 		node := NewNode(NodeName(i), opts.PodsPerNode)
+		node.Spec.PodCIDR, node.Spec.PodCIDRs = PodCIDR(i), []string{PodCIDR(i)}
 		_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			err = ensureLabels(ctx, client, node)
@@ -80,8 +93,9 @@ func EnsureNodes(ctx context.Context, client kubernetes.Interface, opts NodeOpti
 	return nil
 }
 
-// ensureLabels adds node's labels to the existing node of its name: a
-// cluster started by an older version keeps its nodes.
+// ensureLabels adds node's labels, and its pod CIDR if it has none, to the
+// existing node of its name: a cluster started by an older version keeps
+// its nodes.
 func ensureLabels(ctx context.Context, client kubernetes.Interface, node *corev1.Node) error {
 	existing, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 	if err != nil {
@@ -93,10 +107,17 @@ func ensureLabels(ctx context.Context, client kubernetes.Interface, node *corev1
 			missing[k] = v
 		}
 	}
-	if len(missing) == 0 {
+	change := map[string]any{}
+	if len(missing) > 0 {
+		change["metadata"] = map[string]any{"labels": missing}
+	}
+	if existing.Spec.PodCIDR == "" && node.Spec.PodCIDR != "" {
+		change["spec"] = map[string]any{"podCIDR": node.Spec.PodCIDR, "podCIDRs": node.Spec.PodCIDRs}
+	}
+	if len(change) == 0 {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": missing}})
+	patch, err := json.Marshal(change)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"net"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,5 +25,26 @@ func TestNewNodeLooksLikeAKubeVirtNode(t *testing.T) {
 	// nodes that have none.
 	if len(node.Status.Conditions) != 0 {
 		t.Errorf("conditions %v, want none", node.Status.Conditions)
+	}
+}
+
+// Every node has a pod CIDR of its own, which no other node's overlaps, and
+// room in it for far more pods than it runs.
+func TestEveryNodeHasItsOwnPodCIDR(t *testing.T) {
+	var cidrs []*net.IPNet
+	for i := range MaxNodes {
+		_, cidr, err := net.ParseCIDR(PodCIDR(i))
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		if ones, bits := cidr.Mask.Size(); 1<<(bits-ones)-2 < DefaultPodsPerNode {
+			t.Errorf("node %d: %s holds fewer addresses than %d pods", i, cidr, DefaultPodsPerNode)
+		}
+		for j, other := range cidrs {
+			if other.Contains(cidr.IP) || cidr.Contains(other.IP) {
+				t.Errorf("nodes %d and %d share pod addresses: %s, %s", j, i, other, cidr)
+			}
+		}
+		cidrs = append(cidrs, cidr)
 	}
 }

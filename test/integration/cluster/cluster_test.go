@@ -2,6 +2,8 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -85,6 +87,18 @@ func TestPodWithKwokTolerationRunsOnKwokNode(t *testing.T) {
 		t.Fatalf("pod did not reach Running: %v (last status %+v)", err, got.Status)
 	}
 	if !strings.HasPrefix(got.Spec.NodeName, "kwok-node-") {
-		t.Errorf("pod ran on %q, want a kwok node", got.Spec.NodeName)
+		t.Fatalf("pod ran on %q, want a kwok node", got.Spec.NodeName)
+	}
+	// Its IP comes from its node's own pod CIDR.
+	var i int
+	if _, err := fmt.Sscanf(got.Spec.NodeName, "kwok-node-%d", &i); err != nil {
+		t.Fatal(err)
+	}
+	_, cidr, err := net.ParseCIDR(cluster.PodCIDR(i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := net.ParseIP(got.Status.PodIP); ip == nil || !cidr.Contains(ip) {
+		t.Errorf("pod IP %q on %s, want one of its pod CIDR %s", got.Status.PodIP, got.Spec.NodeName, cidr)
 	}
 }
