@@ -194,6 +194,10 @@ type ReplicaStats struct {
 	PeakRSSBytes int64   `json:"peakRSSBytes"`
 	CPUSeconds   float64 `json:"cpuSeconds"`
 	CachedVMIs   int     `json:"cachedVMIs"`
+	// WatchRestarts and Relists count the watches and lists its sharded
+	// informers opened after their first, over all resources.
+	WatchRestarts int `json:"watchRestarts"`
+	Relists       int `json:"relists"`
 }
 
 // stats measures every live replica with one scrape each: its own metrics
@@ -216,11 +220,13 @@ func (f *fleet) stats(ctx context.Context) ([]ReplicaStats, map[string]float64, 
 			return nil, nil, err
 		}
 		stats = append(stats, ReplicaStats{
-			Name:         r.ID,
-			OwnedRanges:  int(replicas.Sum(families, "virtshard_shard_ranges_owned", nil)),
-			PeakRSSBytes: rss,
-			CPUSeconds:   cpu,
-			CachedVMIs:   int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachineinstances"})),
+			Name:          r.ID,
+			OwnedRanges:   int(replicas.Sum(families, "virtshard_shard_ranges_owned", nil)),
+			PeakRSSBytes:  rss,
+			CPUSeconds:    cpu,
+			CachedVMIs:    int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachineinstances"})),
+			WatchRestarts: int(replicas.Sum(families, "virtshard_shard_watch_restarts_total", nil)),
+			Relists:       int(replicas.Sum(families, "virtshard_shard_relists_total", nil)),
 		})
 		for key, v := range replicas.Writes(families) {
 			writes[key] += v

@@ -214,8 +214,8 @@ func (r *Report) writeText(out io.Writer) {
 		fmt.Fprintf(out, "control plane CPU seconds during the ceiling run: %s\n", sortedMap(r.CeilingClusterCPUSeconds))
 	}
 	for _, s := range r.ReplicaStats {
-		fmt.Fprintf(out, "  %s: %d ranges, %d cached VMIs, peak RSS %.0f MiB, CPU %.1f s\n",
-			s.Name, s.OwnedRanges, s.CachedVMIs, float64(s.PeakRSSBytes)/(1<<20), s.CPUSeconds)
+		fmt.Fprintf(out, "  %s: %d ranges, %d cached VMIs, peak RSS %.0f MiB, CPU %.1f s, %d watch restarts, %d relists\n",
+			s.Name, s.OwnedRanges, s.CachedVMIs, float64(s.PeakRSSBytes)/(1<<20), s.CPUSeconds, s.WatchRestarts, s.Relists)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,6 +125,9 @@ type guardedListWatch struct {
 	sel         Selection
 	resource    string
 	metrics     *Metrics
+	// lists and watches count the calls of this informer's reflector:
+	// every one after the first is a restart.
+	lists, watches atomic.Int64
 }
 
 func (g *guardedListWatch) IsWatchListSemanticsUnSupported() bool { return g.noWatchList }
@@ -137,6 +141,9 @@ func (g *guardedListWatch) Watch(opts metav1.ListOptions) (watch.Interface, erro
 }
 
 func (g *guardedListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if g.lists.Add(1) > 1 {
+		g.metrics.relisted(g.resource)
+	}
 	g.sel.apply(&opts)
 	list, err := g.inner.ListWithContext(ctx, opts)
 	if err != nil {
@@ -162,6 +169,9 @@ func (g *guardedListWatch) ListWithContext(ctx context.Context, opts metav1.List
 }
 
 func (g *guardedListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if g.watches.Add(1) > 1 {
+		g.metrics.watchRestarted(g.resource)
+	}
 	g.sel.apply(&opts)
 	w, err := g.inner.WatchWithContext(ctx, opts)
 	if err != nil {

@@ -16,6 +16,8 @@ type Metrics struct {
 	acquireLatency       prometheus.Histogram
 	renewFailures        prometheus.Counter
 	filterDropped        *prometheus.CounterVec
+	watchRestarts        *prometheus.CounterVec
+	relists              *prometheus.CounterVec
 	leader               prometheus.Gauge
 }
 
@@ -60,12 +62,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Objects outside the owned ranges that reached a sharded informer and were dropped client-side; " +
 				"non-zero means the server is not filtering that resource.",
 		}, []string{"resource"}),
+		watchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "virtshard_shard_watch_restarts_total",
+			Help: "Watches a sharded informer opened after its first: each one ended (the server closed it, it fell behind, an error) and was opened again.",
+		}, []string{"resource"}),
+		relists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "virtshard_shard_relists_total",
+			Help: "Lists a sharded informer made after its first: a watch that could not resume from where it ended.",
+		}, []string{"resource"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_leader",
 			Help: "1 while this member is the leader publishing the assignment.",
 		}),
 	}
-	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.leader)
+	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.watchRestarts, m.relists, m.leader)
 	return m
 }
 
@@ -129,6 +139,18 @@ func (m *Metrics) renewFailed() {
 func (m *Metrics) dropped(resource string) {
 	if m != nil {
 		m.filterDropped.WithLabelValues(resource).Inc()
+	}
+}
+
+func (m *Metrics) watchRestarted(resource string) {
+	if m != nil {
+		m.watchRestarts.WithLabelValues(resource).Inc()
+	}
+}
+
+func (m *Metrics) relisted(resource string) {
+	if m != nil {
+		m.relists.WithLabelValues(resource).Inc()
 	}
 }
 

@@ -1,0 +1,45 @@
+package shard
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// A sharded informer's first list and first watch are its start; every one
+// after is a restart, counted by resource.
+func TestWatchRestartsAndRelistsAreCounted(t *testing.T) {
+	ranges, err := NewRanges(4, KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := NewMetrics(prometheus.NewRegistry())
+	lw := ShardedListWatch(&cache.ListWatch{
+		ListFunc:  func(metav1.ListOptions) (runtime.Object, error) { return &corev1.PodList{}, nil },
+		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+	}, ranges.ByKey(NewSet(4, 0, 1)), "pods", metrics)
+	for range 3 {
+		w, err := lw.Watch(metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Stop()
+	}
+	for range 2 {
+		if _, err := lw.List(metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(metrics.watchRestarts.WithLabelValues("pods")); got != 2 {
+		t.Errorf("%v watch restarts after 3 watches, want 2", got)
+	}
+	if got := testutil.ToFloat64(metrics.relists.WithLabelValues("pods")); got != 1 {
+		t.Errorf("%v relists after 2 lists, want 1", got)
+	}
+}
