@@ -102,7 +102,7 @@ bench: tools controller ## Every bench scenario at full size (on the realistic w
 	$(GO) run ./bench/cmd/virtshard-bench --suite full --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
 
 .PHONY: bench-smoke
-bench-smoke: tools controller ## Every bench scenario small, in about 5 minutes (also part of make test); output in bin/bench-smoke/.
+bench-smoke: tools controller ## Every bench scenario small, in about 6 minutes (also part of make test); output in bin/bench-smoke/.
 	$(GO) run ./bench/cmd/virtshard-bench --suite smoke --controller $(BIN)/virtshard-controller --out $(BIN)/bench-smoke $(BENCH_ARGS)
 
 .PHONY: bench-chaos
