@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,19 +21,22 @@ func TestWatchRestartsAndRelistsAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := NewMetrics(prometheus.NewRegistry())
-	lw := ShardedListWatch(&cache.ListWatch{
-		ListFunc:  func(metav1.ListOptions) (runtime.Object, error) { return &corev1.PodList{}, nil },
-		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
-	}, ranges.ByKey(NewSet(4, 0, 1)), "pods", metrics)
+	lw := cache.ToListerWatcherWithContext(ShardedListWatch(&cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &corev1.PodList{}, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+	}, ranges.ByKey(NewSet(4, 0, 1)), "pods", metrics))
+	ctx := context.Background()
 	for range 3 {
-		w, err := lw.Watch(metav1.ListOptions{})
+		w, err := lw.WatchWithContext(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		w.Stop()
 	}
 	for range 2 {
-		if _, err := lw.List(metav1.ListOptions{}); err != nil {
+		if _, err := lw.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
