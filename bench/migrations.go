@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/controllers/migration"
 )
 
@@ -38,8 +38,8 @@ type MigrationStats struct {
 	LimitPerNode       int `json:"limitPerNode"`
 	Samples            int `json:"samples"`
 	// WritesPerMigration are the controllers' writes during the migration
-	// phase (after the burst's were counted), by verb and resource, divided
-	// by the migrations. The report's replica stats (peak RSS, CPU) are
+	// phase (after the burst's were counted), by verb and resource, events
+	// and Leases aside, divided by the migrations. The report's replica stats (peak RSS, CPU) are
 	// read after this phase, so they cover it too.
 	WritesPerMigration WritesPerVMI `json:"writesPerMigration"`
 }
@@ -69,13 +69,23 @@ func (r *vmiRun) migrations(ctx context.Context) (*Report, error) {
 	rep.ReplicaStats = replicaStats
 	stats.WritesPerMigration = WritesPerVMI{ByVerbResource: map[string]float64{}}
 	for key, v := range after {
-		if d := v - before[key]; replicas.ControllerWrite(key) && d > 0 {
+		if d := v - before[key]; migrationWrite(key) && d > 0 {
 			stats.WritesPerMigration.ByVerbResource[key] = d / float64(count)
 			stats.WritesPerMigration.Total += d / float64(count)
 		}
 	}
 	rep.Migration = stats
 	return rep, nil
+}
+
+// migrationWrite says whether a "verb resource" write counts towards a
+// migration: everything the controllers write but events and the shard's
+// Leases (pods, VMIs, the migrations' status and finalizers, the permits'
+// ConfigMap).
+func migrationWrite(key string) bool {
+	_, resource, _ := strings.Cut(key, " ")
+	resource, _, _ = strings.Cut(resource, "/")
+	return resource != "events" && resource != "leases"
 }
 
 // controllerWrites reads the live replicas' write counters now.
