@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/controllers/migration"
 )
 
@@ -83,8 +83,7 @@ func (r *vmiRun) migrations(ctx context.Context) (*Report, error) {
 // Leases (pods, VMIs, the migrations' status and finalizers, the permits'
 // ConfigMap).
 func migrationWrite(key string) bool {
-	_, resource, _ := strings.Cut(key, " ")
-	resource, _, _ = strings.Cut(resource, "/")
+	resource := replicas.WriteResource(key)
 	return resource != "events" && resource != "leases"
 }
 

@@ -259,7 +259,14 @@ func Writes(families map[string]*dto.MetricFamily) map[string]float64 {
 // the controller's writes that "writes per VMI" counts: to pods and VMIs,
 // their subresources (a launcher pod's status) included.
 func ControllerWrite(key string) bool {
+	resource := WriteResource(key)
+	return resource == "pods" || resource == "virtualmachineinstances"
+}
+
+// WriteResource is the resource of a "verb resource" key of Writes, its
+// subresource cut off.
+func WriteResource(key string) string {
 	_, resource, _ := strings.Cut(key, " ")
 	resource, _, _ = strings.Cut(resource, "/")
-	return resource == "pods" || resource == "virtualmachineinstances"
+	return resource
 }

@@ -134,10 +134,9 @@ type Options struct {
 	Concurrency int
 	// Rate is VMIs per second, arriving as a Poisson process (exponential
 	// gaps, so that arrivals are not phase-locked to the whole seconds of
-	// the API's timestamps); 0 creates as fast as the creators can.
+	// the API's timestamps; one fixed seed, so that runs send alike); 0
+	// creates as fast as the creators can.
 	Rate float64
-	// Seed seeds the arrival gaps; runs with one seed send alike.
-	Seed uint64
 	// Prefix names the VMIs Prefix-00000 and up.
 	Prefix string
 	// Spread spreads the VMIs over the nodes (see Spread).
@@ -154,7 +153,7 @@ func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *
 	defer cancel()
 	var tick <-chan struct{}
 	if opts.Rate > 0 {
-		tick = arrivals(ctx, PoissonGaps(opts.Rate, opts.Count, opts.Seed))
+		tick = arrivals(ctx, PoissonGaps(opts.Rate, opts.Count, arrivalSeed))
 	}
 	var next atomic.Int64
 	var firstErr atomic.Pointer[error]
@@ -201,6 +200,9 @@ func Create(ctx context.Context, kv *kubevirt.Clientset, opts Options, created *
 	}
 	return ctx.Err()
 }
+
+// arrivalSeed seeds every open loop's arrival gaps.
+const arrivalSeed = 1
 
 // PoissonGaps are the n gaps between the arrivals of a Poisson process of
 // rate a second: exponentially distributed, with mean 1/rate, drawn from
