@@ -111,6 +111,13 @@ func (o Options) audited() bool {
 // credentials replaced by a client certificate for AuditedUser in
 // system:masters, signed by the cluster's CA.
 func (o Options) WriteAuditedKubeconfig(dst string) error {
+	return o.writeUserKubeconfig(dst, AuditedUser)
+}
+
+// writeUserKubeconfig writes to dst the cluster's kubeconfig with its
+// credentials replaced by a client certificate for user in
+// system:masters, signed by the cluster's CA.
+func (o Options) writeUserKubeconfig(dst, user string) error {
 	pki := filepath.Join(o.Workdir(), "clusters", o.Name, "pki")
 	cas, err := cert.CertsFromFile(filepath.Join(pki, "ca.crt"))
 	if err != nil {
@@ -131,15 +138,15 @@ func (o Options) WriteAuditedKubeconfig(dst string) error {
 	now := time.Now()
 	template := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: AuditedUser, Organization: []string{"system:masters"}},
+		Subject:      pkix.Name{CommonName: user, Organization: []string{"system:masters"}},
 		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     now.Add(24 * time.Hour),
+		NotAfter:     now.Add(30 * 24 * time.Hour), // the simulated virt-handler runs as long as the cluster
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, template, cas[0], key.Public(), caKey)
 	if err != nil {
-		return fmt.Errorf("sign the %s certificate: %w", AuditedUser, err)
+		return fmt.Errorf("sign the %s certificate: %w", user, err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
@@ -149,12 +156,12 @@ func (o Options) WriteAuditedKubeconfig(dst string) error {
 	if err != nil {
 		return err
 	}
-	cfg.AuthInfos = map[string]*clientcmdapi.AuthInfo{AuditedUser: {
+	cfg.AuthInfos = map[string]*clientcmdapi.AuthInfo{user: {
 		ClientCertificateData: pem.EncodeToMemory(&pem.Block{Type: cert.CertificateBlockType, Bytes: der}),
 		ClientKeyData:         pem.EncodeToMemory(&pem.Block{Type: keyutil.ECPrivateKeyBlockType, Bytes: keyDER}),
 	}}
 	for _, c := range cfg.Contexts {
-		c.AuthInfo = AuditedUser
+		c.AuthInfo = user
 	}
 	return clientcmd.WriteToFile(*cfg, dst)
 }

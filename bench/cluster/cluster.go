@@ -147,9 +147,13 @@ func upLocked(ctx context.Context, opts Options) (started bool, err error) {
 	if err := waitNodesReady(ctx, client, opts.Nodes); err != nil {
 		return started, err
 	}
-	// The probe runs once per cluster: later callers (other test binaries)
-	// may find kwok busy with someone else's VMIs, which proves nothing.
-	verified := filepath.Join(opts.Workdir(), "clusters", opts.Name, "vmi-stage-verified")
+	if err := opts.ensureHandler(ctx); err != nil {
+		return started, err
+	}
+	// The probe runs once per start of the simulated virt-handler: later
+	// callers (other test binaries) may find it busy with someone else's
+	// VMIs, which proves nothing.
+	verified := opts.nodeSideVerified()
 	if _, err := os.Stat(verified); err == nil {
 		return started, nil
 	}
@@ -157,7 +161,7 @@ func upLocked(ctx context.Context, opts Options) (started bool, err error) {
 	if err != nil {
 		return started, err
 	}
-	if err := opts.probeVMIStage(ctx, kv); err != nil {
+	if err := opts.probeNodeSide(ctx, client, kv); err != nil {
 		return started, err
 	}
 	return started, os.WriteFile(verified, nil, 0o644)
@@ -178,6 +182,9 @@ func downLocked(ctx context.Context, opts Options) error {
 	if _, err := os.Stat(filepath.Join(opts.Workdir(), "clusters", opts.Name)); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	if err := opts.stopHandler(ctx); err != nil {
+		return err
+	}
 	return opts.kwokctl(ctx, "delete", "cluster", "--name", opts.Name, "--kubeconfig", opts.noKubeconfig())
 }
 
@@ -187,7 +194,7 @@ func downLocked(ctx context.Context, opts Options) error {
 func (o Options) noKubeconfig() string { return filepath.Join(o.Workdir(), "no-kubeconfig") }
 
 func (o Options) checkBinaries() error {
-	for _, name := range []string{"kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"} {
+	for _, name := range []string{"kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", handlerBinary} {
 		if _, err := os.Stat(o.bin(name)); err != nil {
 			return fmt.Errorf("%s is not built (run `make tools` in %s): %w", name, o.Root, err)
 		}
@@ -250,7 +257,7 @@ func (o Options) create(ctx context.Context) error {
 
 // install applies the KubeVirt CRDs and the kwok Stages: kwok's default node
 // and pod Stages (copied from the pinned kwok module by `make tools`) and
-// deploy/kwok/stages, which play KubeVirt's node side.
+// deploy/kwok/stages, which plays a stopped kubelet.
 //
 // kwok starts a Stage's controller when the Stage appears and retries a
 // failed start only on the next Stage event, and a CRD is Established before
@@ -280,9 +287,17 @@ func (o Options) install(ctx context.Context) error {
 	if err := o.waitOpenAPI(ctx, "apis/kubevirt.io/v1"); err != nil {
 		return err
 	}
+	// A cluster created by an older version has kwok Stages that played
+	// virt-handler before the simulated one did: they would act twice.
+	if err := o.kubectl(ctx, append([]string{"delete", "stage", "--ignore-not-found"}, retiredStages...)...); err != nil {
+		return err
+	}
 	return o.kubectl(ctx, "apply", "--server-side", "--force-conflicts",
 		"-f", filepath.Join(o.Root, "bin", "kwok-stages"), "-f", filepath.Join(o.Root, "deploy", "kwok", "stages"))
 }
+
+// retiredStages played KubeVirt's node side before bench/handler did.
+var retiredStages = []string{"vmi-running", "vmi-delete", "vmi-migration-target", "vmi-migration-complete", "launcher-migrated"}
 
 // waitOpenAPI waits until /openapi/v3 lists path.
 func (o Options) waitOpenAPI(ctx context.Context, path string) error {

@@ -11,6 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/bench/handler"
 )
 
 // DefaultNodes is the default number of kwok nodes.
@@ -142,9 +145,13 @@ func NewNode(name string, pods int64) *corev1.Node {
 			Name:        name,
 			Annotations: map[string]string{KwokNodeAnnotation: "fake"},
 			Labels: map[string]string{
-				KwokNodeTypeLabel:               KwokNodeType,
-				SchedulableLabel:                "true",
-				MachineTypeLabel:                "true",
+				KwokNodeTypeLabel: KwokNodeType,
+				SchedulableLabel:  "true",
+				MachineTypeLabel:  "true",
+				// What the simulated virt-handler reports as the VMIs'
+				// status.machine.type, by which a migration's target
+				// pod selects its node.
+				virtv1.SupportedMachineTypeLabel + handler.MachineType: "true",
 				corev1.LabelHostname:            name,
 				corev1.LabelOSStable:            "linux",
 				corev1.LabelArchStable:          "amd64",

@@ -15,18 +15,37 @@ import (
 // Linux architecture Go supports.
 const clockTicks = 100
 
-// CPUSeconds is the user and system CPU time pid has used so far.
-func CPUSeconds(pid int) (float64, error) {
+// stat returns the fields of /proc/<pid>/stat after the command name,
+// which is in parentheses and may hold spaces: the state (field 3) is the
+// first.
+func stat(pid int) (string, []string, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return "", nil, err
 	}
-	// The command name is in parentheses and may hold spaces: fields are
-	// counted after the last ')'. utime and stime are fields 14 and 15.
 	s := string(raw)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	if len(fields) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+		return "", nil, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	return s, fields, nil
+}
+
+// State is pid's state: 'R' running, 'S' sleeping, 'Z' zombie, …
+func State(pid int) (byte, error) {
+	_, fields, err := stat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return fields[0][0], nil
+}
+
+// CPUSeconds is the user and system CPU time pid has used so far.
+func CPUSeconds(pid int) (float64, error) {
+	// utime and stime are fields 14 and 15.
+	s, fields, err := stat(pid)
+	if err != nil {
+		return 0, err
 	}
 	utime, err1 := strconv.ParseFloat(fields[11], 64)
 	stime, err2 := strconv.ParseFloat(fields[12], 64)

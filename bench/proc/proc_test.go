@@ -2,6 +2,7 @@ package proc
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -37,5 +38,35 @@ func TestGoneProcess(t *testing.T) {
 	}
 	if _, err := PeakRSSBytes(0); err == nil {
 		t.Error("PeakRSSBytes(0) gave no error")
+	}
+}
+
+func TestStateTellsAZombie(t *testing.T) {
+	if state, err := State(os.Getpid()); err != nil || state != 'R' {
+		t.Errorf("own state = %q, %v; want 'R' (running, it is reading its own stat)", state, err)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	// Not waited for, the exited child stays a zombie.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		state, err := State(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d still in state %q after 10 s", pid, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = cmd.Wait()
+	if _, err := State(pid); err == nil {
+		t.Error("State of a reaped process gave no error")
 	}
 }

@@ -20,6 +20,13 @@ import (
 // updates.
 func NewClientset(objects ...runtime.Object) *fake.Clientset {
 	client := fake.NewClientset(objects...)
+	Install(&client.Fake, client.Tracker())
+	return client
+}
+
+// Install makes a fake client, whose objects tracker holds, refuse stale
+// updates and number the resourceVersions of what it creates and updates.
+func Install(client *k8stesting.Fake, tracker k8stesting.ObjectTracker) {
 	client.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		obj := a.(k8stesting.CreateAction).GetObject().(metav1.Object)
 		obj.SetResourceVersion("1")
@@ -27,7 +34,7 @@ func NewClientset(objects ...runtime.Object) *fake.Clientset {
 	})
 	client.PrependReactor("update", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		obj := a.(k8stesting.UpdateAction).GetObject().(metav1.Object)
-		stored, err := client.Tracker().Get(a.GetResource(), a.GetNamespace(), obj.GetName())
+		stored, err := tracker.Get(a.GetResource(), a.GetNamespace(), obj.GetName())
 		if err != nil {
 			return true, nil, err
 		}
@@ -39,5 +46,4 @@ func NewClientset(objects ...runtime.Object) *fake.Clientset {
 		obj.SetResourceVersion(strconv.Itoa(n + 1))
 		return false, nil, nil // the tracker stores it
 	})
-	return client
 }

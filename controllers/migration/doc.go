@@ -16,5 +16,6 @@
 // See docs/migrations.md.
 //
 // It does not create launcher pods for VMIs (the VMI controller does) and
-// does not play the node side (kwok's Stages do, in tests and the bench).
+// does not play the node side (virt-handler does; in tests and the bench,
+// the simulated one of bench/handler).
 package migration

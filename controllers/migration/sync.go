@@ -24,11 +24,6 @@ import (
 // target pod dealt with (KubeVirt's kubevirt.io/migrationJobFinalize).
 const Finalizer = "kubevirt.io/migrationJobFinalize"
 
-// MigratedToAnnotation marks a source launcher pod whose VMI left it: in a
-// real cluster the source virt-launcher exits by itself, and kwok's
-// launcher-migrated Stage plays that on this mark.
-const MigratedToAnnotation = "virtshard.io/migrated-to"
-
 // Reasons of failed migrations (events and the Failed condition).
 const (
 	ReasonVMINotFound      = "VMINotFound"
@@ -442,8 +437,10 @@ func (c *Controller) failAndFinish(ctx context.Context, it item, s state, reason
 }
 
 // finish cleans up after a final migration: the target pod of a failed
-// one, the permit (only after the final phase is written), the source pod
-// of a successful one, older migrations of the VMI, and the finalizer.
+// one, the permit (only after the final phase is written), older
+// migrations of the VMI, and the finalizer. The source pod of a successful
+// one is left alone, as KubeVirt leaves it: its virt-launcher exits once
+// the domain has left.
 func (c *Controller) finish(ctx context.Context, it item, s state) error {
 	m := s.m
 	if m.Status.Phase == virtv1.MigrationFailed && s.pod != nil && s.pod.DeletionTimestamp == nil {
@@ -458,50 +455,12 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 	if err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error { return c.permits.Release(ctx, m.UID) }); err != nil {
 		return err
 	}
-	if m.Status.Phase == virtv1.MigrationSucceeded {
-		if err := c.markSourcePod(ctx, it, m); err != nil {
-			return err
-		}
-	}
 	if s.vmi != nil {
 		if err := c.collectGarbage(ctx, it, s.vmi); err != nil {
 			return err
 		}
 	}
 	return c.patchFinalizers(ctx, it, m, patch.RemoveFinalizer(m, Finalizer))
-}
-
-// markSourcePod marks the launcher pod the VMI left: the one named at the
-// hand-off, and only while it still runs (a final migration is synced
-// again whenever its VMI changes; by then another migration's target may
-// run on the same node).
-func (c *Controller) markSourcePod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
-	r := c.cfg.Caches.Get(it.Range)
-	ms := m.Status.MigrationState
-	if r == nil || ms == nil || ms.SourcePod == "" {
-		return nil
-	}
-	obj, exists, _ := r.Pods.GetStore().GetByKey(m.Namespace + "/" + ms.SourcePod)
-	if !exists {
-		return nil
-	}
-	pod := obj.(*corev1.Pod)
-	if pod.Annotations[MigratedToAnnotation] != "" || pod.Status.Phase != corev1.PodRunning || pod.Labels[virtv1.CreatedByLabel] == "" {
-		return nil
-	}
-	// The pod as cached, or nothing: a conflict retries the migration.
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid": pod.UID, "resourceVersion": pod.ResourceVersion,
-		"annotations": map[string]string{MigratedToAnnotation: ms.TargetNode},
-	}})
-	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-		_, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		return err
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("mark source pod %s: %w", pod.Name, err)
-	}
-	return nil
 }
 
 // collectGarbage keeps the newest final migrations of the VMI.

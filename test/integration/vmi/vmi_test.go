@@ -149,28 +149,34 @@ func TestVMIRunsAndIsDeletedWithTwoReplicas(t *testing.T) {
 		t.Errorf("finalizers %v lack %s", vmi.Finalizers, virtv1.VirtualMachineInstanceFinalizer)
 	}
 
-	// The replicas' metrics saw it: the queue, the reconciles, the phases.
+	// The replicas' metrics saw it: the queue, the reconciles, the phases
+	// (once the holder's informer has delivered the Running update, which
+	// may come after the API answered Running to the test).
 	var adds, reconciles, runningObserved float64
-	for _, r := range e.replicas {
-		families, err := r.Registry.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range families {
-			for _, m := range f.GetMetric() {
-				switch f.GetName() {
-				case "virtshard_workqueue_adds_total":
-					adds += m.GetCounter().GetValue()
-				case "virtshard_controller_reconcile_duration_seconds":
-					reconciles += float64(m.GetHistogram().GetSampleCount())
-				case "kubevirt_vmi_phase_transition_time_from_creation_seconds":
-					if m.GetLabel()[0].GetValue() == "Running" {
-						runningObserved += float64(m.GetHistogram().GetSampleCount())
+	_ = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		adds, reconciles, runningObserved = 0, 0, 0
+		for _, r := range e.replicas {
+			families, err := r.Registry.Gather()
+			if err != nil {
+				return false, err
+			}
+			for _, f := range families {
+				for _, m := range f.GetMetric() {
+					switch f.GetName() {
+					case "virtshard_workqueue_adds_total":
+						adds += m.GetCounter().GetValue()
+					case "virtshard_controller_reconcile_duration_seconds":
+						reconciles += float64(m.GetHistogram().GetSampleCount())
+					case "kubevirt_vmi_phase_transition_time_from_creation_seconds":
+						if m.GetLabel()[0].GetValue() == "Running" {
+							runningObserved += float64(m.GetHistogram().GetSampleCount())
+						}
 					}
 				}
 			}
 		}
-	}
+		return runningObserved >= 1, nil
+	})
 	if adds == 0 || reconciles == 0 || runningObserved != 1 {
 		t.Errorf("metrics: %v queue adds, %v reconciles, %v Running transitions observed; want some, some, 1", adds, reconciles, runningObserved)
 	}

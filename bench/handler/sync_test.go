@@ -1,0 +1,410 @@
+package handler
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
+	"github.com/virtshard/virtshard/client/optimisticfake"
+)
+
+const (
+	ns       = "default"
+	node1    = "node-1"
+	node2    = "node-2"
+	vmiUID   = "vmi-uid"
+	vmiName  = "vmi"
+	vmiKey   = ns + "/" + vmiName
+	podIP    = "10.1.0.7"
+	targetIP = "10.2.0.9"
+)
+
+// fixture runs one node's agents on fake clientsets: sync is called by
+// the test, as a worker would.
+type fixture struct {
+	t      *testing.T
+	kube   *kubefake.Clientset
+	kv     *kvfake.Clientset
+	clock  *clocktesting.FakeClock
+	events *record.FakeRecorder
+	agents map[string]*agent
+}
+
+func newFixture(t *testing.T, kubeObjects []runtime.Object, kvObjects ...runtime.Object) *fixture {
+	t.Helper()
+	f := &fixture{
+		t: t,
+		kube: kubefake.NewClientset(append(kubeObjects,
+			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node1}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node2}})...),
+		kv:     kvfake.NewClientset(kvObjects...),
+		clock:  clocktesting.NewFakeClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)),
+		events: record.NewFakeRecorder(100),
+		agents: map[string]*agent{},
+	}
+	optimisticfake.Install(&f.kube.Fake, f.kube.Tracker())
+	optimisticfake.Install(&f.kv.Fake, f.kv.Tracker())
+	h, err := New(Options{Kube: f.kube, KubeVirt: f.kv, Clock: f.clock,
+		Recorder: func(string) record.EventRecorder { return f.events }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for _, name := range []string{node1, node2} {
+		a, err := h.newAgent(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The fake's watches do not select: the agent checks the node.
+		a.start(ctx)
+		t.Cleanup(a.stop)
+		f.agents[name] = a
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), f.agents[node1].synced, f.agents[node2].synced) {
+		t.Fatal("caches did not sync")
+	}
+	return f
+}
+
+// sync runs node's agent on the VMI once its caches hold what the fakes
+// hold, and returns the writes it sent.
+func (f *fixture) sync(node string) (time.Duration, []k8stesting.Action) {
+	f.t.Helper()
+	f.settle()
+	f.kube.ClearActions()
+	f.kv.ClearActions()
+	after, err := f.agents[node].sync(context.Background(), vmiKey)
+	if err != nil {
+		f.t.Fatalf("sync on %s: %v", node, err)
+	}
+	var writes []k8stesting.Action
+	for _, a := range append(f.kv.Actions(), f.kube.Actions()...) {
+		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
+			writes = append(writes, a)
+		}
+	}
+	return after, writes
+}
+
+// settle waits until every agent's caches hold the fakes' VMI and pods.
+func (f *fixture) settle() {
+	f.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		want := map[string]string{}
+		if vmi, err := f.kv.VirtualMachineInstances(ns).Get(ctx, vmiName, metav1.GetOptions{}); err == nil {
+			want[vmiKey] = vmi.ResourceVersion
+		}
+		pods, _ := f.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		for _, p := range pods.Items {
+			want["pod/"+p.Name] = p.ResourceVersion
+		}
+		for _, a := range f.agents {
+			for key, rv := range want {
+				// The fakes list by label but watch everything: a store
+				// that listed nothing may still hold a watched object.
+				stores, k := []cache.Store{a.vmis.GetStore(), a.targets.GetStore()}, key
+				if name, ok := strings.CutPrefix(key, "pod/"); ok {
+					stores, k = []cache.Store{a.pods.GetStore()}, ns+"/"+name
+				}
+				found := false
+				for _, store := range stores {
+					obj, ok, _ := store.GetByKey(k)
+					found = found || ok && obj.(metav1.Object).GetResourceVersion() == rv
+				}
+				if !found && (strings.HasPrefix(key, "pod/") || f.labelledFor(a.node)) {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		f.t.Fatal("caches did not catch up with the fakes")
+	}
+}
+
+// labelledFor tells whether the VMI carries node's name in a label an
+// agent's watch selects by.
+func (f *fixture) labelledFor(node string) bool {
+	vmi, err := f.kv.VirtualMachineInstances(ns).Get(context.Background(), vmiName, metav1.GetOptions{})
+	return err == nil && (vmi.Labels[virtv1.NodeNameLabel] == node || vmi.Labels[virtv1.MigrationTargetNodeNameLabel] == node)
+}
+
+func (f *fixture) vmi() *virtv1.VirtualMachineInstance {
+	f.t.Helper()
+	vmi, err := f.kv.VirtualMachineInstances(ns).Get(context.Background(), vmiName, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return vmi
+}
+
+func (f *fixture) event() string {
+	select {
+	case e := <-f.events.Events:
+		return e
+	default:
+		return ""
+	}
+}
+
+// scheduledVMI is the realistic VMI as virt-controller hands it to node1.
+func scheduledVMI() *virtv1.VirtualMachineInstance {
+	virtio := virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusVirtio}}
+	guest := resource.MustParse("128Mi")
+	return &virtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: vmiName, Namespace: ns, UID: vmiUID, ResourceVersion: "1",
+			Labels: map[string]string{virtv1.NodeNameLabel: node1}},
+		Spec: virtv1.VirtualMachineInstanceSpec{
+			Domain: virtv1.DomainSpec{
+				Machine: &virtv1.Machine{Type: "q35"},
+				Devices: virtv1.Devices{
+					Disks:      []virtv1.Disk{{Name: "containerdisk", DiskDevice: virtio}, {Name: "cloudinitdisk", DiskDevice: virtio}},
+					Interfaces: []virtv1.Interface{{Name: "default", InterfaceBindingMethod: virtv1.InterfaceBindingMethod{Masquerade: &virtv1.InterfaceMasquerade{}}}},
+				},
+			},
+			Networks: []virtv1.Network{*virtv1.DefaultPodNetwork()},
+			Volumes: []virtv1.Volume{
+				{Name: "containerdisk", VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: "registry/disk:v1"}}},
+				{Name: "cloudinitdisk", VolumeSource: virtv1.VolumeSource{CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{UserData: "#cloud-config"}}},
+			},
+		},
+		Status: virtv1.VirtualMachineInstanceStatus{
+			Phase:        virtv1.Scheduled,
+			NodeName:     node1,
+			Memory:       &virtv1.MemoryStatus{GuestAtBoot: &guest, GuestRequested: &guest},
+			VolumeStatus: []virtv1.VolumeStatus{{Name: "cloudinitdisk"}, {Name: "containerdisk"}},
+			Interfaces:   []virtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", PodInterfaceName: "eth0"}},
+		},
+	}
+}
+
+func launcherPod(name, node, ip string, phase corev1.PodPhase, created time.Time) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID(name + "-uid"), ResourceVersion: "1",
+			CreationTimestamp: metav1.NewTime(created),
+			Labels:            map[string]string{virtv1.AppLabel: "virt-launcher", virtv1.CreatedByLabel: vmiUID},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance",
+				Name: vmiName, UID: vmiUID, Controller: ptr.To(true)}},
+		},
+		Spec: corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: phase, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "compute", Ready: true,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(created)}}}}},
+	}
+}
+
+func onlyUpdate(t *testing.T, writes []k8stesting.Action, resource string) {
+	t.Helper()
+	if len(writes) != 1 || writes[0].GetVerb() != "update" || writes[0].GetResource().Resource != resource {
+		t.Fatalf("writes %v, want one update of %s", kvfake.Writes(writes), resource)
+	}
+}
+
+func condition(vmi *virtv1.VirtualMachineInstance, c virtv1.VirtualMachineInstanceConditionType) corev1.ConditionStatus {
+	for _, x := range vmi.Status.Conditions {
+		if x.Type == c {
+			return x.Status
+		}
+	}
+	return ""
+}
+
+func TestAHandedOffVMIIsDefinedThenStartedThenSizedInThreeUpdates(t *testing.T) {
+	start := time.Now()
+	f := newFixture(t, []runtime.Object{launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, start)}, scheduledVMI())
+
+	_, writes := f.sync(node1)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	vmi := f.vmi()
+	if vmi.Status.Phase != virtv1.Scheduled || vmi.Status.SelinuxContext != "none" || vmi.Status.MigrationMethod != virtv1.BlockMigration ||
+		condition(vmi, virtv1.VirtualMachineInstanceIsMigratable) != corev1.ConditionTrue ||
+		condition(vmi, virtv1.VirtualMachineInstanceIsStorageLiveMigratable) != corev1.ConditionTrue {
+		t.Errorf("defined VMI status %+v, want Scheduled, SELinux none, BlockMigration, (Storage)LiveMigratable", vmi.Status)
+	}
+	if cd := vmi.Status.VolumeStatus[1].ContainerDiskVolume; cd == nil || cd.Checksum == 0 || cd.Checksum > 1<<31-1 {
+		t.Errorf("container disk volume status %+v, want a checksum within the CRD's int32", cd)
+	}
+	if e := f.event(); e != "Normal Created VirtualMachineInstance defined." {
+		t.Errorf("event %q, want Created", e)
+	}
+
+	_, writes = f.sync(node1)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	vmi = f.vmi()
+	s := vmi.Status
+	if s.Phase != virtv1.Running || s.Machine == nil || s.Machine.Type != MachineType || s.Memory.GuestCurrent == nil ||
+		s.Memory.GuestCurrent.Cmp(resource.MustParse("128Mi")) != 0 {
+		t.Errorf("started VMI status %+v, want Running, machine %s, guest memory 128Mi", s, MachineType)
+	}
+	if last := s.PhaseTransitionTimestamps[len(s.PhaseTransitionTimestamps)-1]; last.Phase != virtv1.Running || !last.PhaseTransitionTimestamp.Equal(&metav1.Time{Time: f.clock.Now()}) {
+		t.Errorf("phase transitions %+v, want Running at %v last", s.PhaseTransitionTimestamps, f.clock.Now())
+	}
+	if len(s.Interfaces) != 1 || s.Interfaces[0].IP != podIP || s.Interfaces[0].PodInterfaceName != "eth0" || s.Interfaces[0].InfoSource != "domain" ||
+		!strings.HasPrefix(s.Interfaces[0].MAC, "52:54:00:") || s.Interfaces[0].LinkState != "up" {
+		t.Errorf("interfaces %+v, want the pod's IP on eth0 from the domain, a QEMU MAC, link up", s.Interfaces)
+	}
+	if s.VolumeStatus[0].Target != "vdb" || s.VolumeStatus[1].Target != "vda" {
+		t.Errorf("volume targets %q %q, want vdb (cloud-init) and vda (container disk)", s.VolumeStatus[0].Target, s.VolumeStatus[1].Target)
+	}
+	if e := f.event(); e != "Normal Started VirtualMachineInstance started." {
+		t.Errorf("event %q, want Started", e)
+	}
+
+	_, writes = f.sync(node1)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	if vs := f.vmi().Status.VolumeStatus; vs[0].Size != isoSize || vs[1].Size != 0 {
+		t.Errorf("volume sizes %d %d, want the cloud-init ISO's only", vs[0].Size, vs[1].Size)
+	}
+	if _, writes = f.sync(node1); len(writes) != 0 {
+		t.Errorf("a running VMI with nothing new got %v", kvfake.Writes(writes))
+	}
+}
+
+func TestWhatTheAgentLeavesAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		edit func(*virtv1.VirtualMachineInstance)
+		node string
+	}{
+		{name: "a VMI whose launcher pod does not run yet",
+			pod: launcherPod("virt-launcher-vmi-abcde", node1, "", corev1.PodPending, time.Now()), node: node1},
+		{name: "a VMI of another node",
+			pod: launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, time.Now()), node: node2},
+		{name: "a final VMI",
+			pod:  launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, time.Now()),
+			edit: func(v *virtv1.VirtualMachineInstance) { v.Status.Phase = virtv1.Failed }, node: node1},
+		{name: "a VMI not handed off yet",
+			edit: func(v *virtv1.VirtualMachineInstance) {
+				v.Status.Phase, v.Status.NodeName, v.Labels = virtv1.Scheduling, "", nil
+			}, node: node1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vmi := scheduledVMI()
+			if tc.edit != nil {
+				tc.edit(vmi)
+			}
+			var pods []runtime.Object
+			if tc.pod != nil {
+				pods = append(pods, tc.pod)
+			}
+			f := newFixture(t, pods, vmi)
+			if _, writes := f.sync(tc.node); len(writes) != 0 {
+				t.Errorf("writes %v, want none", kvfake.Writes(writes))
+			}
+		})
+	}
+}
+
+func TestADeletedRunningVMIEndsSucceeded(t *testing.T) {
+	vmi := scheduledVMI()
+	vmi.Status.Phase = virtv1.Running
+	vmi.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	vmi.Finalizers = []string{virtv1.VirtualMachineInstanceFinalizer}
+	f := newFixture(t, []runtime.Object{launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, time.Now())}, vmi)
+	_, writes := f.sync(node1)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	got := f.vmi()
+	if got.Status.Phase != virtv1.Succeeded || len(got.Finalizers) != 1 {
+		t.Errorf("phase %s, finalizers %q: want Succeeded and the finalizer left to virt-controller", got.Status.Phase, got.Finalizers)
+	}
+	if e := f.event(); e != "Normal Stopped The VirtualMachineInstance was shut down." {
+		t.Errorf("event %q, want Stopped", e)
+	}
+}
+
+// A migration from node1 to node2, once virt-controller handed it over:
+// each step is one write by the node whose turn it is.
+func TestAMigrationIsPlayedByTheTargetAndTheSource(t *testing.T) {
+	start := time.Now().Add(-time.Minute)
+	vmi := scheduledVMI()
+	vmi.Status.Phase = virtv1.Running
+	vmi.Status.MigrationMethod = virtv1.BlockMigration
+	vmi.Labels[virtv1.MigrationTargetNodeNameLabel] = node2
+	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-uid",
+		SourceNode: node1, SourcePod: "virt-launcher-vmi-abcde", TargetNode: node2, TargetPod: "virt-launcher-vmi-fghij"}
+	source := launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, start)
+	target := launcherPod("virt-launcher-vmi-fghij", node2, targetIP, corev1.PodRunning, start.Add(time.Second))
+	f := newFixture(t, []runtime.Object{source, target}, vmi)
+
+	if _, writes := f.sync(node1); len(writes) != 0 {
+		t.Fatalf("the source started before the target was prepared: %v", kvfake.Writes(writes))
+	}
+	_, writes := f.sync(node2)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	ms := f.vmi().Status.MigrationState
+	if ms.TargetNodeAddress != targetIP || len(ms.TargetDirectMigrationNodePorts) != 3 {
+		t.Fatalf("prepared target %+v, want its address and three proxy ports (block migration)", ms)
+	}
+	if _, writes = f.sync(node2); len(writes) != 0 {
+		t.Fatalf("the target went on before the source started: %v", kvfake.Writes(writes))
+	}
+
+	_, writes = f.sync(node1)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	if ms = f.vmi().Status.MigrationState; ms.StartTimestamp == nil || ms.Mode != virtv1.MigrationPreCopy {
+		t.Fatalf("started migration %+v, want a start and PreCopy", ms)
+	}
+	after, writes := f.sync(node2)
+	if len(writes) != 0 || after != DefaultMigrationDuration {
+		t.Fatalf("the target detected the domain at once (%v, look again in %v); want it after %v", kvfake.Writes(writes), after, DefaultMigrationDuration)
+	}
+	f.clock.Step(DefaultMigrationDuration)
+	_, writes = f.sync(node2)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	if ms = f.vmi().Status.MigrationState; !ms.TargetNodeDomainDetected || ms.TargetNodeDomainReadyTimestamp == nil {
+		t.Fatalf("after the migration's duration %+v, want the domain detected and ready", ms)
+	}
+	_, writes = f.sync(node2)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	got := f.vmi()
+	if got.Status.NodeName != node2 || got.Labels[virtv1.NodeNameLabel] != node2 || got.Status.MigrationState.EndTimestamp == nil ||
+		got.Status.MigrationTransport != virtv1.MigrationTransportUnix {
+		t.Fatalf("taken over: node %s, label %s, migration %+v; want node2 and an end", got.Status.NodeName, got.Labels[virtv1.NodeNameLabel], got.Status.MigrationState)
+	}
+	if e := f.events; len(e.Events) == 0 {
+		t.Error("no events recorded")
+	}
+
+	// The source's launcher exits once the VMI has left its node.
+	_, writes = f.sync(node1)
+	if len(writes) != 1 || writes[0].GetResource().Resource != "pods" || writes[0].GetSubresource() != "status" {
+		t.Fatalf("writes %v, want the source pod's status", kvfake.Writes(writes))
+	}
+	pod, err := f.kube.CoreV1().Pods(ns).Get(context.Background(), source.Name, metav1.GetOptions{})
+	if err != nil || pod.Status.Phase != corev1.PodSucceeded || pod.Status.ContainerStatuses[0].State.Terminated == nil {
+		t.Fatalf("source pod %+v (%v), want Succeeded with its container terminated", pod.Status, err)
+	}
+
+	// Once the VMI left node1's watch (label moved), node2 completes it.
+	_, writes = f.sync(node2)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	if !f.vmi().Status.MigrationState.Completed {
+		t.Fatal("migration not completed")
+	}
+	_, writes = f.sync(node2)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	if label, ok := f.vmi().Labels[virtv1.MigrationTargetNodeNameLabel]; ok {
+		t.Fatalf("target label %q kept after the migration completed", label)
+	}
+	if target, err := f.kube.CoreV1().Pods(ns).Get(context.Background(), target.Name, metav1.GetOptions{}); err != nil || target.Status.Phase != corev1.PodRunning {
+		t.Errorf("target pod %v (%v), want it left running", target.Status.Phase, err)
+	}
+}
