@@ -21,11 +21,12 @@ import (
 
 // Scenarios the bench knows.
 const (
-	// ScenarioPodCeiling and ScenarioVMIStageCeiling are the cluster's own
-	// limits as series over creator counts, side by side: plain pods to
-	// Running, and handed-off VMIs to Running through kwok's VMI stage.
-	ScenarioPodCeiling      = "pod-ceiling"
-	ScenarioVMIStageCeiling = "vmi-stage-ceiling"
+	// ScenarioPodCeiling and ScenarioFloor are the cluster's own limits as
+	// series over creator counts, side by side: plain pods to Running, and
+	// VMIs to Running with only the writes any controller must make, sent
+	// by the bench (ceiling.Floor).
+	ScenarioPodCeiling = "pod-ceiling"
+	ScenarioFloor      = "floor"
 
 	// The VMI scenarios, one report each.
 	ScenarioCeiling    = "ceiling"
@@ -42,9 +43,12 @@ const (
 	// cut off and their API server restarts, and checks the API server's
 	// audit log for fenced-write violations.
 	ScenarioChaos = "chaos"
+	// ScenarioKubeVirt runs the throughput burst through KubeVirt v1.8.1's
+	// own virt-controller (bench/kubevirt) instead of virtshard.
+	ScenarioKubeVirt = "kubevirt"
 )
 
-var seriesScenarios = []string{ScenarioPodCeiling, ScenarioVMIStageCeiling}
+var seriesScenarios = []string{ScenarioPodCeiling, ScenarioFloor}
 
 // scenarioDefaults are each VMI scenario's --vmis, --replicas and --rate
 // when not given.
@@ -61,6 +65,7 @@ var scenarioDefaults = map[string]struct {
 	ScenarioSingleton:  {2000, 2, 0},
 	ScenarioMigrations: {1000, 3, 0},
 	ScenarioChaos:      {20000, 4, 20},
+	ScenarioKubeVirt:   {2000, 1, 0},
 }
 
 // Suites run many scenarios and write BENCHMARKS.md's generated section.
@@ -185,6 +190,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--update and --reports need --suite")
 	case vmiScenario && o.Scenarios[0] != ScenarioCeiling && o.Replicas <= 0:
 		return fmt.Errorf("--replicas must be positive")
+	case o.Scenarios[0] == ScenarioKubeVirt && o.Replicas != 1:
+		return fmt.Errorf("%s runs KubeVirt's one active virt-controller: --replicas must be 1", ScenarioKubeVirt)
 	case o.Scenarios[0] == ScenarioSingleton && o.Replicas != 2:
 		return fmt.Errorf("%s runs 1 active and 1 standby replica: --replicas must be 2", ScenarioSingleton)
 	case (o.Scenarios[0] == ScenarioFailover || o.Scenarios[0] == ScenarioChaos) && o.Replicas < 2:
@@ -211,9 +218,8 @@ func (o *Options) timeout(vmis int) time.Duration {
 	if o.Timeout > 0 {
 		return o.Timeout
 	}
-	// 10 VMIs/s: kwok's VMI stage plays one VMI at a time, and a
-	// realistic 10,000-VMI burst ran at 11–13 VMIs/s. A stalled run ends
-	// earlier anyway (Stall).
+	// 10 VMIs/s: a realistic 10,000-VMI burst ran at 11–13 VMIs/s. A
+	// stalled run ends earlier anyway (Stall).
 	return 5*time.Minute + time.Duration(vmis)*100*time.Millisecond
 }
 
@@ -279,13 +285,13 @@ func (o *Options) runSeries(ctx context.Context, client kubernetes.Interface, kv
 		for run := range o.Runs {
 			for si, scenario := range o.Scenarios {
 				ns := fmt.Sprintf("bench-%s-c%d-r%d-%d", scenario, concurrency, run, time.Now().Unix())
-				opts := ceiling.Options{Count: o.Count, Concurrency: concurrency, Namespace: ns, Timeout: o.timeout(o.Count), Nodes: o.Nodes}
+				opts := ceiling.Options{Count: o.Count, Concurrency: concurrency, Namespace: ns, Timeout: o.timeout(o.Count)}
 				var res ceiling.Result
 				var err error
 				if scenario == ScenarioPodCeiling {
 					res, err = ceiling.Pods(ctx, client, opts)
 				} else {
-					res, err = ceiling.VMIStage(ctx, client, kv, opts)
+					res, err = ceiling.Floor(ctx, client, kv, opts)
 				}
 				if err != nil {
 					return fmt.Errorf("%s run (concurrency %d): %w", scenario, concurrency, err)

@@ -25,7 +25,7 @@ func TestParse(t *testing.T) {
 		{"an unknown suite is refused", []string{"--suite", "huge"}, true, nil},
 		{"--update needs a suite", []string{"--update", "BENCHMARKS.md"}, true, nil},
 		{"stray arguments are refused", []string{"throughput"}, true, nil},
-		{"series scenarios run side by side", []string{"--scenario", "pod-ceiling,vmi-stage-ceiling"}, false,
+		{"series scenarios run side by side", []string{"--scenario", "pod-ceiling,floor"}, false,
 			func(o *Options) bool { return len(o.Scenarios) == 2 }},
 		{"a concurrency list becomes one series each", []string{"--concurrency", "1, 5,20"}, false,
 			func(o *Options) bool { return slices.Equal(o.Concurrency, []int{1, 5, 20}) }},

@@ -187,6 +187,23 @@ func (f *fleet) activeRanges(ctx context.Context) (active int, line string) {
 	return active, "ranges " + strings.Join(parts, " ")
 }
 
+// underTest is the controller a VMI run drives.
+type underTest interface {
+	// waitSettled waits until no range has moved for a while.
+	waitSettled(ctx context.Context, timeout time.Duration) error
+	// stats are each process's figures and their API writes by "verb
+	// resource", at the end of a run.
+	stats(ctx context.Context) ([]ReplicaStats, map[string]float64, error)
+	// activeRanges is how many ranges are acted on now, and a progress line.
+	activeRanges(ctx context.Context) (int, string)
+	// rangeCount is how many ranges there are; 0 without ranges.
+	rangeCount() int
+}
+
+var _ underTest = (*fleet)(nil)
+
+func (f *fleet) rangeCount() int { return f.ranges }
+
 // ReplicaStats are one replica's figures at the end of a run.
 type ReplicaStats struct {
 	Name         string  `json:"name"`

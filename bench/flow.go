@@ -72,7 +72,11 @@ type flowResult struct {
 	Duration time.Duration // first create to last Running
 	Created  int
 	Running  int
-	Samples  []Sample
+	// Scheduled VMIs were seen handed off (or Running), the last of them
+	// ScheduledDuration after the first create.
+	Scheduled         int
+	ScheduledDuration time.Duration
+	Samples           []Sample
 	// Latency is creation → Running from each VMI's phaseTransitionTimestamps
 	// and creationTimestamp, as kubevirt_vmi_phase_transition_time_from_creation_seconds;
 	// Handoff the same to Scheduled; Observed is from the bench's create call to
@@ -242,6 +246,16 @@ func (f *flow) result(ctx context.Context) (*flowResult, error) {
 	}
 	if !last.IsZero() {
 		res.Duration = last.Sub(f.start)
+	}
+	res.Scheduled = len(f.scheduled)
+	var lastScheduled time.Time
+	for _, at := range f.scheduled {
+		if at.After(lastScheduled) {
+			lastScheduled = at
+		}
+	}
+	if !lastScheduled.IsZero() {
+		res.ScheduledDuration = lastScheduled.Sub(f.start)
 	}
 	list, err := f.kv.VirtualMachineInstances(f.opts.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {

@@ -26,12 +26,27 @@ type Report struct {
 	DurationSeconds       float64 `json:"durationSeconds"`
 	VMIsPerSecond         float64 `json:"vmisPerSecond"`
 
-	// CeilingPodsPerSecond is the bare-pod ceiling measured in the same
-	// invocation; CeilingRatio is the API server's mutating requests per
-	// second during the VMI run over the same during the ceiling run, both
-	// from its own apiserver_request_total.
+	// ScheduledPerSecond and RunningPerSecond are the VMIs handed off
+	// (phase Scheduled) and Running, each divided by the time from the
+	// first create to the last of them seen so.
+	ScheduledPerSecond float64 `json:"scheduledPerSecond"`
+	RunningPerSecond   float64 `json:"runningPerSecond"`
+
+	// CeilingPodsPerSecond is the bare-pod ceiling (scenario ceiling).
 	CeilingPodsPerSecond float64 `json:"ceilingPodsPerSecond,omitempty"`
-	CeilingRatio         float64 `json:"ceilingRatio,omitempty"`
+
+	// The floor (ceiling.Floor), measured in the same invocation with as
+	// many VMIs: the bench makes only the writes any controller must (the
+	// launcher pod, one hand-off), so its VMIs/s is this machine's limit
+	// for any controller. FloorRatio is VMIsPerSecond over
+	// FloorVMIsPerSecond; APIServerCPUPerVMI is the API server's CPU
+	// seconds per VMI during the VMI run, FloorAPIServerCPUPerVMI the same
+	// during the floor's, and APIServerCPURatio the first over the second.
+	FloorVMIsPerSecond      float64 `json:"floorVMIsPerSecond,omitempty"`
+	FloorRatio              float64 `json:"floorRatio,omitempty"`
+	APIServerCPUPerVMI      float64 `json:"apiServerCPUPerVMI,omitempty"`
+	FloorAPIServerCPUPerVMI float64 `json:"floorAPIServerCPUPerVMI,omitempty"`
+	APIServerCPURatio       float64 `json:"apiServerCPURatio,omitempty"`
 
 	// LatencySeconds is creation → Running from phaseTransitionTimestamps
 	// (KubeVirt's definition: creationTimestamp has whole seconds);
@@ -50,8 +65,14 @@ type Report struct {
 	// ClusterCPUSeconds is each control-plane process's CPU time during the
 	// VMI run: where the machine's two cores went.
 	ClusterCPUSeconds map[string]float64 `json:"clusterCPUSeconds,omitempty"`
-	// CeilingClusterCPUSeconds is the same during the bare-pod ceiling run.
+	// NodeSideCPUSecondsPer1000VMIs is the CPU time of the simulated
+	// virt-handler and of kwok (nodes and pods) during the VMI run, per
+	// 1,000 VMIs Running: what the simulated node side costs.
+	NodeSideCPUSecondsPer1000VMIs map[string]float64 `json:"nodeSideCPUSecondsPer1000VMIs,omitempty"`
+	// CeilingClusterCPUSeconds is the same during the bare-pod ceiling run,
+	// FloorClusterCPUSeconds during the floor run.
 	CeilingClusterCPUSeconds map[string]float64 `json:"ceilingClusterCPUSeconds,omitempty"`
+	FloorClusterCPUSeconds   map[string]float64 `json:"floorClusterCPUSeconds,omitempty"`
 
 	// Throughput over the run: VMIs/s to Running in each tenth of the VMIs,
 	// and the first and the last of them; ScheduledPerSecondByTenth is the
@@ -158,8 +179,8 @@ func (r *Report) writeText(out io.Writer) {
 		fmt.Fprintf(out, "control plane CPU seconds: %s\n", sortedMap(r.CeilingClusterCPUSeconds))
 		return
 	}
-	fmt.Fprintf(out, "%s: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s; %d stuck, %d duplicate launcher pods\n",
-		r.Scenario, r.VMIs, r.Replicas, r.Running, r.DurationSeconds, r.VMIsPerSecond, r.Stuck, r.DuplicateLauncherPods)
+	fmt.Fprintf(out, "%s: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s (to Scheduled: %.1f VMIs/s); %d stuck, %d duplicate launcher pods\n",
+		r.Scenario, r.VMIs, r.Replicas, r.Running, r.DurationSeconds, r.VMIsPerSecond, r.ScheduledPerSecond, r.Stuck, r.DuplicateLauncherPods)
 	fmt.Fprintf(out, "latency create→Running p50/p95/p99 observed by the bench %s (from the API's whole-second timestamps %s, to Scheduled %s)\n",
 		r.ObservedLatencySeconds, r.LatencySeconds, r.HandoffLatencySeconds)
 	for _, l := range r.LatencyRuns {
@@ -168,8 +189,9 @@ func (r *Report) writeText(out io.Writer) {
 	}
 	fmt.Fprintf(out, "writes per VMI: %.2f %s; events per VMI: %.2f; all clients' writes per VMI: %.2f\n",
 		r.WritesPerVMI.Total, sortedMap(r.WritesPerVMI.ByVerbResource), r.EventsPerVMI, r.AllClientWritesPerVMI)
-	if r.CeilingPodsPerSecond > 0 {
-		fmt.Fprintf(out, "bare-pod ceiling in the same run: %.1f pods/s; ceilingRatio: %.2f\n", r.CeilingPodsPerSecond, r.CeilingRatio)
+	if r.FloorVMIsPerSecond > 0 {
+		fmt.Fprintf(out, "floor in the same run: %.1f VMIs/s (ratio %.2f); API server CPU per VMI %.1f ms against the floor's %.1f ms (ratio %.2f)\n",
+			r.FloorVMIsPerSecond, r.FloorRatio, 1000*r.APIServerCPUPerVMI, 1000*r.FloorAPIServerCPUPerVMI, r.APIServerCPURatio)
 	}
 	if len(r.VMIsPerSecondByTenth) > 0 {
 		fmt.Fprintf(out, "VMIs/s by tenth of the VMIs, to Running: %s; to Scheduled: %s\n",
@@ -210,7 +232,13 @@ func (r *Report) writeText(out io.Writer) {
 	if len(r.ClusterCPUSeconds) > 0 {
 		fmt.Fprintf(out, "control plane CPU seconds during the VMI run: %s\n", sortedMap(r.ClusterCPUSeconds))
 	}
-	if len(r.CeilingClusterCPUSeconds) > 0 {
+	if len(r.NodeSideCPUSecondsPer1000VMIs) > 0 {
+		fmt.Fprintf(out, "node side CPU seconds per 1,000 VMIs: %s\n", sortedMap(r.NodeSideCPUSecondsPer1000VMIs))
+	}
+	if len(r.FloorClusterCPUSeconds) > 0 {
+		fmt.Fprintf(out, "control plane CPU seconds during the floor run: %s\n", sortedMap(r.FloorClusterCPUSeconds))
+	}
+	if len(r.CeilingClusterCPUSeconds) > 0 && r.Scenario != ScenarioCeiling {
 		fmt.Fprintf(out, "control plane CPU seconds during the ceiling run: %s\n", sortedMap(r.CeilingClusterCPUSeconds))
 	}
 	for _, s := range r.ReplicaStats {

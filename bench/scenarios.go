@@ -160,6 +160,9 @@ type vmiRun struct {
 	rate     float64
 	ns       string
 	fleet    *fleet
+	// ctrl is the controller under test: the fleet, or KubeVirt's own
+	// virt-controller (scenario kubevirt).
+	ctrl     underTest
 	profiles *profiles
 	// cdfs are the latency distributions measured, for the plots.
 	cdfs []cdf
@@ -203,6 +206,18 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		r.profiles = newProfiles(ctx)
 		defer r.profiles.stop()
 	}
+	if scenario == ScenarioKubeVirt {
+		report, err := r.runKubeVirt(ctx, suffix)
+		if err != nil {
+			return nil, err
+		}
+		if out != "" {
+			if err := r.writeOut(out, report); err != nil {
+				return nil, err
+			}
+		}
+		return report, nil
+	}
 	ropts := replicas.Options{Binary: binary, Kubeconfig: e.copts.KubeconfigPath(), Namespace: leases, WatchNamespace: r.ns,
 		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: append(args, o.ReplicaArgs...)}
 	var kubeconfigs []string
@@ -220,6 +235,7 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		return nil, err
 	}
 	defer r.fleet.stop()
+	r.ctrl = r.fleet
 
 	var report *Report
 	switch scenario {
@@ -255,7 +271,7 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 // launcher pod, with no controller.
 func (e *env) runCeiling(ctx context.Context, count int) (*Report, error) {
 	ns := "bench-ceiling-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	res, err := e.ceiling(ctx, ns, count, nil)
+	res, err := e.ceiling(ctx, ns, count)
 	if err != nil {
 		return nil, err
 	}
@@ -264,38 +280,49 @@ func (e *env) runCeiling(ctx context.Context, count int) (*Report, error) {
 		ObservedLatencySeconds: Percentiles{P50: res.P50.Seconds(), P95: res.P95.Seconds(), P99: res.P99.Seconds()}}, nil
 }
 
-// ceilingRun is the bare-pod ceiling's result, the API server's mutating
-// requests per second and the control plane's CPU seconds during it.
+// ceilingRun is a ceiling or floor run's result and the control plane's
+// CPU seconds during it.
 type ceilingRun struct {
 	ceiling.Result
-	writesPerSecond float64
-	clusterCPU      map[string]float64
+	clusterCPU map[string]float64
 }
 
-// ceiling runs count bare pods; prof, when set, gets the API server's CPU
-// profile during the run.
-func (e *env) ceiling(ctx context.Context, ns string, count int, prof *profiles) (*ceilingRun, error) {
+// floorRun is the floor's.
+type floorRun = ceilingRun
+
+// ceiling runs count bare pods.
+func (e *env) ceiling(ctx context.Context, ns string, count int) (*ceilingRun, error) {
 	e.logf("ceiling: %d bare pods", count)
-	stopProfile := prof.collectFromAPIServer(e.kube, "kube-apiserver-ceiling")
+	return e.limit(ctx, ns, count, func(ctx context.Context, opts ceiling.Options) (ceiling.Result, error) {
+		return ceiling.Pods(ctx, e.kube, opts)
+	})
+}
+
+// floor runs count VMIs with only the writes any controller must make,
+// sent by the bench, with no controller acting on its namespace; prof,
+// when set, gets the API server's CPU profile during the run.
+func (r *vmiRun) floor(ctx context.Context, ns string, count int) (*floorRun, error) {
+	r.logf("floor: %d VMIs, their launcher pods and hand-offs sent by the bench", count)
+	stopProfile := r.profiles.collectFromAPIServer(r.kube, "kube-apiserver-floor")
+	defer stopProfile()
+	return r.limit(ctx, ns, count, func(ctx context.Context, opts ceiling.Options) (ceiling.Result, error) {
+		return ceiling.Floor(ctx, r.kube, r.kv, opts)
+	})
+}
+
+// limit runs one ceiling or floor run in namespace ns, measuring the
+// control plane's CPU around it, and waits until ns is gone.
+func (e *env) limit(ctx context.Context, ns string, count int, run func(context.Context, ceiling.Options) (ceiling.Result, error)) (*ceilingRun, error) {
 	cpuBefore := e.clusterCPU()
-	before, err := serverWrites(ctx, e.kube)
+	res, err := run(ctx, ceiling.Options{Count: count, Concurrency: e.o.Creators, Namespace: ns, Timeout: e.o.timeout(count)})
 	if err != nil {
-		return nil, fmt.Errorf("read the API server's request counters: %w", err)
+		return nil, fmt.Errorf("%s: %w", ns, err)
 	}
-	res, err := ceiling.Pods(ctx, e.kube, ceiling.Options{Count: count, Concurrency: e.o.Creators, Namespace: ns, Timeout: e.o.timeout(count)})
-	stopProfile()
-	if err != nil {
-		return nil, fmt.Errorf("ceiling run: %w", err)
-	}
-	after, err := serverWrites(ctx, e.kube)
-	if err != nil {
-		return nil, fmt.Errorf("read the API server's request counters: %w", err)
-	}
-	run := &ceilingRun{Result: res, writesPerSecond: (after - before) / res.Duration.Seconds(), clusterCPU: cpuDelta(cpuBefore, e.clusterCPU())}
+	out := &ceilingRun{Result: res, clusterCPU: cpuDelta(cpuBefore, e.clusterCPU())}
 	if err := ceiling.WaitGone(ctx, e.kube, ns); err != nil {
 		return nil, err
 	}
-	return run, nil
+	return out, nil
 }
 
 func cpuDelta(before, after map[string]float64) map[string]float64 {
@@ -310,7 +337,7 @@ func cpuDelta(before, after map[string]float64) map[string]float64 {
 func (r *vmiRun) newFlow(prefix string, count int, rate float64) *flow {
 	return newFlow(r.kv, flowOptions{Namespace: r.ns, Prefix: prefix, Count: count, Creators: r.o.Creators, Rate: rate,
 		Spread:  r.scenario == ScenarioMigrations,
-		Timeout: r.o.timeout(count), Stall: 2 * time.Minute, Progress: r.progress, Ranges: r.fleet.activeRanges})
+		Timeout: r.o.timeout(count), Stall: 2 * time.Minute, Progress: r.progress, Ranges: r.ctrl.activeRanges})
 }
 
 // measured is a flow run with the API server's and the replicas' counters
@@ -350,15 +377,28 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 		WritesPerVMI: WritesPerVMI{ByVerbResource: map[string]float64{}}}
 	if m.Duration > 0 {
 		rep.VMIsPerSecond = float64(m.Running) / m.Duration.Seconds()
+		rep.RunningPerSecond = rep.VMIsPerSecond
+	}
+	if m.ScheduledDuration > 0 {
+		rep.ScheduledPerSecond = float64(m.Scheduled) / m.ScheduledDuration.Seconds()
+	}
+	if m.Running > 0 {
+		rep.APIServerCPUPerVMI = m.clusterCPU["kube-apiserver"] / float64(m.Running)
+		rep.NodeSideCPUSecondsPer1000VMIs = map[string]float64{}
+		for _, name := range []string{"virtshard-handler", "kwok-controller"} {
+			if cpu, ok := m.clusterCPU[name]; ok {
+				rep.NodeSideCPUSecondsPer1000VMIs[name] = 1000 * cpu / float64(m.Running)
+			}
+		}
 	}
 	var err error
 	if _, rep.DuplicateLauncherPods, err = workload.LauncherPods(ctx, r.kube, r.ns); err != nil {
 		return nil, err
 	}
-	if err := r.fleet.waitSettled(ctx, time.Minute); err != nil {
+	if err := r.ctrl.waitSettled(ctx, time.Minute); err != nil {
 		return nil, fmt.Errorf("ranges did not settle after the run: %w", err)
 	}
-	stats, writes, err := r.fleet.stats(ctx)
+	stats, writes, err := r.ctrl.stats(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +418,9 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 		}
 	}
 	rep.setTenths()
-	rep.setAvailability(r.fleet.ranges)
+	if ranges := r.ctrl.rangeCount(); ranges > 0 {
+		rep.setAvailability(ranges)
+	}
 	r.cdfs = append(r.cdfs, cdf{"creation→Running (timestamps)", m.Latency}, cdf{"creation→Scheduled (timestamps)", m.Handoff},
 		cdf{"observed by the bench", m.Observed})
 	return rep, nil
@@ -430,12 +472,12 @@ func running(s Sample) int   { return s.Running }
 func scheduled(s Sample) int { return s.Scheduled }
 
 // burst runs every VMI at --rate (as fast as possible by default); with
-// ceiling, the bare-pod ceiling runs first, in the same invocation.
-func (r *vmiRun) burst(ctx context.Context, withCeiling bool) (*Report, error) {
-	var ceil *ceilingRun
-	if withCeiling {
+// floor, the floor runs first with as many VMIs, in the same invocation.
+func (r *vmiRun) burst(ctx context.Context, withFloor bool) (*Report, error) {
+	var fl *floorRun
+	if withFloor {
 		var err error
-		if ceil, err = r.ceiling(ctx, r.ns+"-ceiling", r.vmis, r.profiles); err != nil {
+		if fl, err = r.floor(ctx, r.ns+"-floor", r.vmis); err != nil {
 			return nil, err
 		}
 	}
@@ -447,10 +489,14 @@ func (r *vmiRun) burst(ctx context.Context, withCeiling bool) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ceil != nil && m.Duration > 0 {
-		rep.CeilingPodsPerSecond = ceil.PerSecond
-		rep.CeilingRatio = m.serverWrites / m.Duration.Seconds() / ceil.writesPerSecond
-		rep.CeilingClusterCPUSeconds = ceil.clusterCPU
+	if fl != nil && fl.PerSecond > 0 && fl.Count > 0 {
+		rep.FloorVMIsPerSecond = fl.PerSecond
+		rep.FloorRatio = rep.VMIsPerSecond / fl.PerSecond
+		rep.FloorAPIServerCPUPerVMI = fl.clusterCPU["kube-apiserver"] / float64(fl.Count)
+		if rep.FloorAPIServerCPUPerVMI > 0 {
+			rep.APIServerCPURatio = rep.APIServerCPUPerVMI / rep.FloorAPIServerCPUPerVMI
+		}
+		rep.FloorClusterCPUSeconds = fl.clusterCPU
 	}
 	return rep, nil
 }

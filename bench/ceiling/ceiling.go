@@ -10,18 +10,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
-	virtv1 "kubevirt.io/api/core/v1"
-
-	"github.com/virtshard/virtshard/client/kubevirt"
 )
 
 // Options of one ceiling run.
@@ -34,8 +29,6 @@ type Options struct {
 	Namespace string
 	// Timeout bounds the whole run.
 	Timeout time.Duration
-	// Nodes spreads pre-scheduled VMIs over the first Nodes kwok nodes.
-	Nodes int
 }
 
 // Result of one run.
@@ -79,35 +72,6 @@ func Pods(ctx context.Context, client kubernetes.Interface, opts Options) (Resul
 		running: func(obj any) (string, bool) {
 			pod, ok := obj.(*corev1.Pod)
 			return pod.GetName(), ok && pod.Status.Phase == corev1.PodRunning
-		},
-	})
-}
-
-// VMIStage creates opts.Count VMIs already handed off (phase Scheduled, a
-// node name), as virtshard would leave them, and waits for kwok's VMI stage
-// (deploy/kwok/stages) to make them Running: the node side's limit, which bounds
-// any controller's VMI throughput on this cluster.
-func VMIStage(ctx context.Context, client kubernetes.Interface, kv *kubevirt.Clientset, opts Options) (Result, error) {
-	nodes := max(opts.Nodes, 1)
-	vmis := kv.VirtualMachineInstances(opts.Namespace)
-	return run(ctx, client, opts, workload{
-		create: func(ctx context.Context, i int) (string, error) {
-			vmi, err := vmis.Create(ctx, scheduledVMI(fmt.Sprintf("vmi-%06d", i), fmt.Sprintf("kwok-node-%d", i%nodes)), metav1.CreateOptions{})
-			if err != nil {
-				return "", err
-			}
-			return vmi.Name, nil
-		},
-		lw: &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return vmis.List(ctx, o) },
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return vmis.Watch(ctx, o)
-			},
-		},
-		example: &virtv1.VirtualMachineInstance{},
-		running: func(obj any) (string, bool) {
-			vmi, ok := obj.(*virtv1.VirtualMachineInstance)
-			return vmi.GetName(), ok && vmi.Status.Phase == virtv1.Running
 		},
 	})
 }
@@ -251,21 +215,6 @@ func newPod(name string) *corev1.Pod {
 			Tolerations:   []corev1.Toleration{kwokToleration},
 			RestartPolicy: corev1.RestartPolicyNever,
 		},
-	}
-}
-
-// scheduledVMI is a VMI as the controller hands it to the node agent. The
-// VMI CRD has no status subresource, so the status is taken on create.
-func scheduledVMI(name, node string) *virtv1.VirtualMachineInstance {
-	return &virtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: virtv1.VirtualMachineInstanceSpec{
-			Tolerations: []corev1.Toleration{kwokToleration},
-			Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-			}},
-		},
-		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Scheduled, NodeName: node},
 	}
 }
 

@@ -1,8 +1,14 @@
 package ceiling
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
 )
 
 func TestPercentile(t *testing.T) {
@@ -34,10 +40,22 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-func TestScheduledVMIIsHandedOff(t *testing.T) {
-	vmi := scheduledVMI("v", "kwok-node-3")
-	if vmi.Status.Phase != "Scheduled" || vmi.Status.NodeName != "kwok-node-3" {
-		t.Errorf("status %+v, want Scheduled on kwok-node-3", vmi.Status)
+func TestTheFloorHandsOffInOneWrite(t *testing.T) {
+	vmi := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "v", Namespace: "ns"},
+		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Pending}}
+	kv := kvfake.NewClientset(vmi)
+	if err := handOff(context.Background(), kv.VirtualMachineInstances("ns"), "v", "kwok-node-3"); err != nil {
+		t.Fatal(err)
+	}
+	if writes := kvfake.Writes(kv.Actions()); len(writes) != 1 {
+		t.Errorf("writes %v, want one", writes)
+	}
+	got, err := kv.VirtualMachineInstances("ns").Get(context.Background(), "v", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != virtv1.Scheduled || got.Status.NodeName != "kwok-node-3" || got.Labels[virtv1.NodeNameLabel] != "kwok-node-3" {
+		t.Errorf("handed-off VMI: phase %s, node %q, labels %v; want Scheduled on kwok-node-3, labelled so", got.Status.Phase, got.Status.NodeName, got.Labels)
 	}
 }
 

@@ -58,6 +58,17 @@ func TestSmoke(t *testing.T) {
 			if r.DuplicateLauncherPods != 0 {
 				t.Errorf("%d duplicate launcher pods", r.DuplicateLauncherPods)
 			}
+			if r.Scenario == bench.ScenarioKubeVirt {
+				// KubeVirt's own virt-controller: one process, no ranges,
+				// its writes by its own count.
+				if len(r.ReplicaStats) != 1 || r.ReplicaStats[0].PeakRSSBytes <= 0 || r.ReplicaStats[0].CPUSeconds <= 0 {
+					t.Errorf("virt-controller stats %+v: not measured", r.ReplicaStats)
+				}
+				if creates := r.WritesPerVMI.ByVerbResource["create pods"]; creates < 1 || r.ScheduledPerSecond <= 0 {
+					t.Errorf("virt-controller: %.2f pod creates per VMI, %.1f VMIs/s to Scheduled: not measured", creates, r.ScheduledPerSecond)
+				}
+				return
+			}
 			active := r.Replicas
 			if r.Scenario == bench.ScenarioSingleton {
 				active = 1
@@ -72,9 +83,9 @@ func TestSmoke(t *testing.T) {
 			// Timestamps have whole seconds, so the latency by KubeVirt's
 			// definition may well be 0: what must hold is that every VMI
 			// carried its Running timestamp.
-			if r.VMIsPerSecond <= 0 || r.LatencyVMIs != r.Running || r.ObservedLatencySeconds.P99 <= 0 {
-				t.Errorf("throughput or latency not measured: %.1f VMIs/s, %d of %d VMIs with a Running timestamp, observed latency %s",
-					r.VMIsPerSecond, r.LatencyVMIs, r.Running, r.ObservedLatencySeconds)
+			if r.VMIsPerSecond <= 0 || r.ScheduledPerSecond <= 0 || r.LatencyVMIs != r.Running || r.ObservedLatencySeconds.P99 <= 0 {
+				t.Errorf("throughput or latency not measured: %.1f VMIs/s (%.1f to Scheduled), %d of %d VMIs with a Running timestamp, observed latency %s",
+					r.VMIsPerSecond, r.ScheduledPerSecond, r.LatencyVMIs, r.Running, r.ObservedLatencySeconds)
 			}
 			if len(r.ReplicaStats) != r.Replicas {
 				t.Errorf("stats of %d replicas, want %d", len(r.ReplicaStats), r.Replicas)
@@ -117,8 +128,11 @@ func TestSmoke(t *testing.T) {
 					t.Errorf("writes per migration %.2f %v: want at least its target pod's create", m.WritesPerMigration.Total, m.WritesPerMigration.ByVerbResource)
 				}
 			case bench.ScenarioThroughput:
-				if r.CeilingPodsPerSecond <= 0 || r.CeilingRatio <= 0 {
-					t.Errorf("ceiling %.1f pods/s, ratio %.2f: not measured", r.CeilingPodsPerSecond, r.CeilingRatio)
+				if r.FloorVMIsPerSecond <= 0 || r.FloorRatio <= 0 || r.APIServerCPURatio <= 0 {
+					t.Errorf("floor %.1f VMIs/s, ratio %.2f, API server CPU ratio %.2f: not measured", r.FloorVMIsPerSecond, r.FloorRatio, r.APIServerCPURatio)
+				}
+				if r.NodeSideCPUSecondsPer1000VMIs["virtshard-handler"] <= 0 {
+					t.Errorf("node side CPU %v: the simulated virt-handler's not measured", r.NodeSideCPUSecondsPer1000VMIs)
 				}
 			case bench.ScenarioLatency:
 				if len(r.LatencyRuns) != 2 || r.LatencyRuns[1].Rate <= r.LatencyRuns[0].Rate/10 {
