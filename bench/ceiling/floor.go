@@ -90,7 +90,11 @@ func Floor(ctx context.Context, client kubernetes.Interface, kv *kubevirt.Client
 
 	return run(ctx, client, opts, workload{
 		create: func(ctx context.Context, i int) (string, error) {
-			vmi, err := vmis.Create(ctx, realistic.VMI(fmt.Sprintf("vmi-%06d", i)), metav1.CreateOptions{})
+			vmi := realistic.VMI(fmt.Sprintf("vmi-%06d", i))
+			// No controller removes the VMI controller's finalizer here:
+			// without it the namespace goes when the run is over.
+			vmi.Finalizers = nil
+			vmi, err := vmis.Create(ctx, vmi, metav1.CreateOptions{})
 			if err != nil {
 				return "", err
 			}
