@@ -114,21 +114,32 @@ func (f *fixture) settle() {
 		for _, p := range pods.Items {
 			want["pod/"+p.Name] = p.ResourceVersion
 		}
+		// The fakes list by label but watch everything: a store must hold
+		// the newest VMI where its selector would select it, and may hold
+		// it elsewhere too.
+		var labels map[string]string
+		if vmi, err := f.kv.VirtualMachineInstances(ns).Get(ctx, vmiName, metav1.GetOptions{}); err == nil {
+			labels = vmi.Labels
+		}
 		for _, a := range f.agents {
 			for key, rv := range want {
-				// The fakes list by label but watch everything: a store
-				// that listed nothing may still hold a watched object.
-				stores, k := []cache.Store{a.vmis.GetStore(), a.targets.GetStore()}, key
+				type held struct {
+					store    cache.Store
+					selected bool // by its watch's selector: it must hold the object
+				}
+				var stores []held
+				k := key
 				if name, ok := strings.CutPrefix(key, "pod/"); ok {
-					stores, k = []cache.Store{a.pods.GetStore()}, ns+"/"+name
+					stores, k = []held{{a.pods.GetStore(), true}}, ns+"/"+name
+				} else {
+					stores = []held{{a.vmis.GetStore(), labels[virtv1.NodeNameLabel] == a.node},
+						{a.targets.GetStore(), labels[virtv1.MigrationTargetNodeNameLabel] == a.node}}
 				}
-				found := false
-				for _, store := range stores {
-					obj, ok, _ := store.GetByKey(k)
-					found = found || ok && obj.(metav1.Object).GetResourceVersion() == rv
-				}
-				if !found && (strings.HasPrefix(key, "pod/") || f.labelledFor(a.node)) {
-					return false, nil
+				for _, h := range stores {
+					obj, ok, _ := h.store.GetByKey(k)
+					if (ok || h.selected) && (!ok || obj.(metav1.Object).GetResourceVersion() != rv) {
+						return false, nil
+					}
 				}
 			}
 		}
@@ -137,13 +148,6 @@ func (f *fixture) settle() {
 	if err != nil {
 		f.t.Fatal("caches did not catch up with the fakes")
 	}
-}
-
-// labelledFor tells whether the VMI carries node's name in a label an
-// agent's watch selects by.
-func (f *fixture) labelledFor(node string) bool {
-	vmi, err := f.kv.VirtualMachineInstances(ns).Get(context.Background(), vmiName, metav1.GetOptions{})
-	return err == nil && (vmi.Labels[virtv1.NodeNameLabel] == node || vmi.Labels[virtv1.MigrationTargetNodeNameLabel] == node)
 }
 
 func (f *fixture) vmi() *virtv1.VirtualMachineInstance {
