@@ -19,9 +19,13 @@ func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 // a pod cannot be created with status) and one VMI status patch, plus 5% for
 // patches a conflict or a handoff repeats. In smaller runs the batcher is
 // often idle, and some VMIs get an intermediate Scheduling patch of their
-// own (3.23 seen in the 100-VMI migrations run): smallRunWritesPerVMI. A run
-// may spend less: kwok's pod stage sets a pod's readiness gates itself, and
-// a pod it got to before the controller needs no patch.
+// own (3.23 seen in the 100-VMI migrations run): smallRunWritesPerVMI; so do
+// runs whose replicas stop and start (failover, rolling: a new holder of a
+// range patches what its predecessor's batch left unsent, and the simulated
+// virt-handler's PUTs make some of those patches conflict and repeat: 3.19
+// seen in rolling-400-r4 on a loaded machine). A run may spend less: kwok's
+// pod stage sets a pod's readiness gates itself, and a pod it got to before
+// the controller needs no patch.
 const (
 	maxWritesPerVMI      = 3 * 1.05
 	smallRunWritesPerVMI = 3.5
@@ -74,7 +78,7 @@ func TestSmoke(t *testing.T) {
 				active = 1
 			}
 			budget := maxWritesPerVMI
-			if r.VMIs/active < burstPerReplica {
+			if r.VMIs/active < burstPerReplica || r.Scenario == bench.ScenarioFailover || r.Scenario == bench.ScenarioRolling {
 				budget = smallRunWritesPerVMI
 			}
 			if r.WritesPerVMI.Total <= 0 || r.WritesPerVMI.Total > budget {
