@@ -276,6 +276,10 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		}
 	}
 	switch {
+	case migratedAway(vmi, pod):
+		// The source of a migration under way: its virt-launcher ends once
+		// the domain has left, and the watch may bring that before the
+		// VMI's move to the target, which brings the VMI back here.
 	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
 		c.fail(it, vmi, ReasonPodFailed, fmt.Sprintf("launcher pod %s is %s", pod.Name, pod.Status.Phase))
 	case pod.DeletionTimestamp != nil:
@@ -295,6 +299,14 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		}
 	}
 	return nil
+}
+
+// migratedAway tells whether pod is the source pod of vmi's migration that
+// started and has not failed, and has ended.
+func migratedAway(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) bool {
+	ms := vmi.Status.MigrationState
+	return pod.Status.Phase == corev1.PodSucceeded && ms != nil && ms.SourcePod == pod.Name &&
+		ms.StartTimestamp != nil && !ms.Failed
 }
 
 // syncUnpaused keeps the launcher pod's readiness gate,

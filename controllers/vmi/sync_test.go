@@ -267,6 +267,46 @@ func TestSyncFailsARunningVMIWhosePodIsGone(t *testing.T) {
 	}
 }
 
+func TestSyncLeavesAVMIWhoseMigrationSourcePodEndedBeforeItsMoveWasSeen(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failed   bool
+		wantFail bool
+	}{
+		{name: "a migration under way: the move to the target is on its way"},
+		{name: "a failed migration: the VMI fails with its pod", failed: true, wantFail: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vmi := newVMI("a")
+			vmi.Status.Phase = virtv1.Running
+			source := runningLauncherPod(t, vmi)
+			source.Status.Phase = corev1.PodSucceeded
+			vmi.Status.NodeName = source.Spec.NodeName
+			vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-uid", SourcePod: source.Name,
+				StartTimestamp: &metav1.Time{Time: time.Now()}, TargetNodeDomainDetected: true, Failed: tc.failed}
+			f := newFixture(t, vmi, source)
+			if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.wantFail {
+				// Nothing may be written, now or by the batcher later.
+				if got := kvfake.Writes(f.kv.Actions()); len(got) != 0 {
+					t.Errorf("writes %q, want none", got)
+				}
+				if f.c.batcher.Pending(f.item(vmi).Key, vmi.UID) {
+					t.Error("a status intent is pending: the VMI would be failed")
+				}
+				return
+			}
+			f.waitForKubeVirtWrites("patch virtualmachineinstances")
+			patch := string(f.kv.Actions()[len(f.kv.Actions())-1].(k8stesting.PatchAction).GetPatch())
+			if !strings.Contains(patch, `"phase":"Failed"`) || !strings.Contains(patch, ReasonPodFailed) {
+				t.Errorf("status patch %s: want Failed for %s", patch, ReasonPodFailed)
+			}
+		})
+	}
+}
+
 func TestSyncDeletesTheLauncherPodOfADeletedVMI(t *testing.T) {
 	vmi := newVMI("a")
 	vmi.Status.Phase = virtv1.Running
