@@ -54,16 +54,23 @@ func (e *env) recordVMIs() *recordVMIs {
 	return r
 }
 
-// first returns the first version of VMI name in phase.
+// first returns the first version of VMI name in phase, waiting up to 10 s
+// for the watch to deliver it (the API may answer with a later version
+// first), or nil.
 func (r *recordVMIs) first(name string, phase virtv1.VirtualMachineInstancePhase) *virtv1.VirtualMachineInstance {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, v := range r.versions {
-		if v.Name == name && v.Status.Phase == phase {
-			return v
+	var found *virtv1.VirtualMachineInstance
+	_ = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, v := range r.versions {
+			if v.Name == name && v.Status.Phase == phase {
+				found = v
+				return true, nil
+			}
 		}
-	}
-	return nil
+		return false, nil
+	})
+	return found
 }
 
 // boundClaim creates a PVC bound to a hostPath PV of its own (the local
@@ -164,11 +171,8 @@ func TestScheduledStatusIsKubeVirts(t *testing.T) {
 		t.Fatalf("%d launcher pods, want 1", len(pods))
 	}
 	pod := pods[0]
-	var scheduled *virtv1.VirtualMachineInstance
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		scheduled = versions.first("with-disks", virtv1.Scheduled)
-		return scheduled != nil, nil
-	}); err != nil {
+	scheduled := versions.first("with-disks", virtv1.Scheduled)
+	if scheduled == nil {
 		t.Fatal("the watch saw no Scheduled version of the VMI")
 	}
 
