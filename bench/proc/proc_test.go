@@ -42,15 +42,21 @@ func TestGoneProcess(t *testing.T) {
 }
 
 func TestStateTellsAZombie(t *testing.T) {
-	if state, err := State(os.Getpid()); err != nil || state != 'R' {
-		t.Errorf("own state = %q, %v; want 'R' (running, it is reading its own stat)", state, err)
-	}
-	cmd := exec.Command("true")
+	// A live child is in some state other than 'Z'. (Our own state would
+	// not do: /proc/<pid>/stat shows the main thread's, which may sleep while
+	// another thread runs this test.)
+	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	// Not waited for, the exited child stays a zombie.
+	if state, err := State(pid); err != nil || state == 'Z' {
+		t.Errorf("state of a live child = %q, %v; want a live state", state, err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not waited for, the killed child stays a zombie.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		state, err := State(pid)
