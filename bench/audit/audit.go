@@ -78,6 +78,19 @@ type Result struct {
 	// Leases' (tenures begun, renewed, revoked, ended).
 	LeaseWrites, MemberLeaseWrites int
 	Violations                     []Violation
+
+	checker Checker
+	leases  map[int][]leaseWrite
+	members map[string][]leaseWrite
+}
+
+// InsideAt reports whether v's write would have been inside its replica's
+// hold of the range had it reached the server at t: a write a partition
+// held back is judged by when it was sent.
+func (r Result) InsideAt(v Violation, t time.Time) bool {
+	w := v.Write
+	w.At = t
+	return r.checker.outside(r.leases[v.Range], r.members[w.Replica], w) == ""
 }
 
 type leaseWrite struct {
@@ -133,7 +146,7 @@ func (c Checker) Check(log io.Reader) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Checked: len(writes)}
+	res := Result{Checked: len(writes), checker: c, leases: leases, members: members}
 	byTime := func(a, b leaseWrite) int { return a.at.Compare(b.at) }
 	for i := range leases {
 		slices.SortStableFunc(leases[i], byTime)

@@ -142,3 +142,31 @@ func TestRangesBoundToATenureLastAsLongAsIt(t *testing.T) {
 		}
 	}
 }
+
+// A write that reached the server after its replica lost the range is
+// judged by when it was sent, if that is known: inside the hold then, it
+// was inside.
+func TestInsideAtJudgesAWriteBySendTime(t *testing.T) {
+	log := strings.Join([]string{
+		event("a", "update", "leases", "vs-range-3", 0, 0.01, 200, "a"),
+		event("b", "update", "leases", "vs-range-3", 12, 12.01, 200, "b"),
+		// Sent by a at 5 s, held back, delivered and refused at 15 s.
+		event("a", "patch", "virtualmachineinstances", "obj-3", 15, 15.1, 409, ""),
+	}, "\n")
+	res, err := checker().Check(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Violations) != 1 {
+		t.Fatalf("violations %v, want the write at 15 s", res.Violations)
+	}
+	v := res.Violations[0]
+	if !res.InsideAt(v, at(5)) {
+		t.Error("sent at 5 s, inside a's hold (0 s to its lease's expiry at 10 s): judged outside")
+	}
+	for _, sent := range []float64{11, 13, -1} {
+		if res.InsideAt(v, at(sent)) {
+			t.Errorf("sent at %v s, outside a's hold: judged inside", sent)
+		}
+	}
+}

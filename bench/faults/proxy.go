@@ -6,6 +6,7 @@ package faults
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // Proxy forwards TCP connections from a loopback port to a target (the API
@@ -22,6 +23,18 @@ type Proxy struct {
 	flow  *sync.Cond
 	conns map[net.Conn]struct{}
 	done  bool
+	// held are the client's bytes a cut held back and delivered later;
+	// restores counts the Restores.
+	held     []Held
+	restores int
+}
+
+// Held is a chunk of a client's bytes that a cut held back: when the proxy
+// read it from the client (when the client sent it) and when it delivered
+// it to the target, after Restore. Through TLS the proxy cannot tell the
+// requests inside apart, only when their bytes travelled.
+type Held struct {
+	Sent, Delivered time.Time
 }
 
 // NewProxy listens on a free loopback port and forwards to target.
@@ -64,8 +77,17 @@ func (p *Proxy) Stall() {
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	p.cut = false
+	p.restores++
 	p.flow.Broadcast()
 	p.mu.Unlock()
+}
+
+// Held returns the client bytes cuts held back and delivered so far, in
+// the order they were delivered.
+func (p *Proxy) Held() []Held {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Held(nil), p.held...)
 }
 
 // Close stops the proxy and closes every connection.
@@ -135,31 +157,55 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(server)
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(server, client) })
-	wg.Go(func() { p.pipe(client, server) })
+	wg.Go(func() { p.pipe(server, client, true) })
+	wg.Go(func() { p.pipe(client, server, false) })
 	wg.Wait()
 }
 
-// pipe copies src to dst, holding each chunk while the proxy is cut.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, holding each chunk while the proxy is cut;
+// fromClient records the chunks held on their way to the target. While
+// cut it goes on reading src, so that each held chunk's sending time is
+// known, not only the first's.
+func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
 	defer func() {
-		// Unblock the other direction.
+		// Unblock the other direction, and the reader.
 		src.Close()
 		dst.Close()
 	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if !p.wait() {
-				return
+	type chunk struct {
+		bytes    []byte
+		sent     time.Time
+		restores int
+	}
+	chunks := make(chan chunk, 256)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				p.mu.Lock()
+				restores := p.restores
+				p.mu.Unlock()
+				chunks <- chunk{bytes: buf[:n], sent: time.Now(), restores: restores}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if err != nil {
 				return
 			}
 		}
-		if err != nil {
+	}()
+	for c := range chunks {
+		if !p.wait() {
 			return
 		}
+		if _, err := dst.Write(c.bytes); err != nil {
+			return
+		}
+		p.mu.Lock()
+		if fromClient && c.restores != p.restores {
+			// Read before a Restore, written after it.
+			p.held = append(p.held, Held{Sent: c.sent, Delivered: time.Now()})
+		}
+		p.mu.Unlock()
 	}
 }

@@ -101,3 +101,55 @@ func TestProxyStallHoldsRequestsInTheClient(t *testing.T) {
 		t.Errorf("the held request after restore: %v", err)
 	}
 }
+
+// A request sent on an open connection while the proxy is cut reaches the
+// server after Restore, and the proxy records when its bytes were sent and
+// when they were delivered.
+func TestProxyRecordsHeldBytes(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pong")) }))
+	defer server.Close()
+	p, err := NewProxy(server.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	url := "http://" + p.Addr()
+	kept := &http.Client{}
+	if body, err := get(t, kept, url); err != nil || body != "pong" {
+		t.Fatalf("through the proxy: %q, %v", body, err)
+	}
+	if held := p.Held(); len(held) != 0 {
+		t.Fatalf("held %v before any cut", held)
+	}
+
+	p.Cut()
+	cut := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		resp, err := kept.Get(url)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	restored := time.Now()
+	p.Restore()
+	if err := <-done; err != nil {
+		t.Fatalf("the held request after restore: %v", err)
+	}
+	// The proxy records a chunk once written, which may be after the
+	// answer came back.
+	held := p.Held()
+	for deadline := time.Now().Add(time.Second); len(held) == 0 && time.Now().Before(deadline); held = p.Held() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(held) == 0 {
+		t.Fatal("nothing recorded as held")
+	}
+	for _, h := range held {
+		if h.Sent.Before(cut) || !h.Sent.Before(restored) || h.Delivered.Before(restored) {
+			t.Errorf("held %+v: want sent between the cut (%s) and the restore (%s), delivered after it", h, cut, restored)
+		}
+	}
+}
