@@ -90,11 +90,25 @@ func (c *chaosSetup) delayedByPartition(v audit.Violation, res audit.Result) boo
 	return false
 }
 
-func (e *env) startChaos(dir string, replicas int) (*chaosSetup, error) {
+// auditedKubeconfig is the file, in a run's log directory, of the
+// kubeconfig whose writes the API server audits.
+const auditedKubeconfig = "kubeconfig-audited"
+
+// audited writes the audited kubeconfig into dir, and returns where the
+// audit log ends now.
+func (e *env) audited(dir string) (int64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+		return 0, err
 	}
-	auditFrom, err := e.copts.AuditLogEnd()
+	from, err := e.copts.AuditLogEnd()
+	if err != nil {
+		return 0, err
+	}
+	return from, e.copts.WriteAuditedKubeconfig(filepath.Join(dir, auditedKubeconfig))
+}
+
+func (e *env) startChaos(dir string, replicas int) (*chaosSetup, error) {
+	auditFrom, err := e.audited(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -107,10 +121,7 @@ func (e *env) startChaos(dir string, replicas int) (*chaosSetup, error) {
 	if err != nil {
 		return nil, err
 	}
-	audited := filepath.Join(dir, "kubeconfig-audited")
-	if err := e.copts.WriteAuditedKubeconfig(audited); err != nil {
-		return nil, err
-	}
+	audited := filepath.Join(dir, auditedKubeconfig)
 	for i := range replicas {
 		p, err := faults.NewProxy(server.Host)
 		if err != nil {
@@ -272,7 +283,6 @@ func (r *vmiRun) injectFaults(ctx context.Context, start time.Time, stop <-chan 
 // and starts it anew. The fault's window starts when the kill is sent.
 func (r *vmiRun) killReplica(ctx context.Context, i int, start time.Time) (FaultRecord, error) {
 	victim := r.fleet.member(i)
-	r.retire(ctx, victim)
 	r.logf("chaos: kill -9 %s", victim.ID)
 	killed := time.Now()
 	victim.Kill()

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
+	"github.com/virtshard/virtshard/bench/audit"
 	"github.com/virtshard/virtshard/bench/ceiling"
 	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/proc"
@@ -166,9 +167,10 @@ type vmiRun struct {
 	profiles *profiles
 	// cdfs are the latency distributions measured, for the plots.
 	cdfs []cdf
-	// retired are the writes counted by replicas that were stopped.
-	retiredMu sync.Mutex
-	retired   map[string]float64
+	// auditFrom, when not negative, is where the run's events start in the
+	// cluster's audit log: scenarios that stop replicas count their writes
+	// there, where a killed replica cannot lose them.
+	auditFrom int64
 	// leases is the namespace of the replicas' Leases.
 	leases string
 	// chaosSetup is the chaos scenario's proxies and audited credentials.
@@ -184,7 +186,7 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 	}
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
 	r := &vmiRun{env: e, scenario: scenario, vmis: o.VMIs, replicas: o.Replicas, rate: o.Rate,
-		ns: "bench-" + scenario + "-" + suffix, retired: map[string]float64{}}
+		ns: "bench-" + scenario + "-" + suffix, auditFrom: -1}
 	leases := "bench-leases-" + suffix
 	r.leases = leases
 	cleanup, err := e.namespaces(ctx, r.ns, leases)
@@ -221,13 +223,20 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 	ropts := replicas.Options{Binary: binary, Kubeconfig: e.copts.KubeconfigPath(), Namespace: leases, WatchNamespace: r.ns,
 		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: append(args, o.ReplicaArgs...)}
 	var kubeconfigs []string
-	if scenario == ScenarioChaos {
+	switch scenario {
+	case ScenarioChaos:
 		r.chaosSetup, err = e.startChaos(ropts.LogDir, r.replicas)
 		if err != nil {
 			return nil, err
 		}
 		defer r.chaosSetup.stop()
 		kubeconfigs = r.chaosSetup.kubeconfigs
+		r.auditFrom = r.chaosSetup.auditFrom
+	case ScenarioFailover, ScenarioRolling:
+		if r.auditFrom, err = e.audited(ropts.LogDir); err != nil {
+			return nil, err
+		}
+		ropts.Kubeconfig = filepath.Join(ropts.LogDir, auditedKubeconfig)
 	}
 	e.logf("%s: starting %d replicas (logs in %s)", scenario, r.replicas, ropts.LogDir)
 	r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles, kubeconfigs)
@@ -403,11 +412,11 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 		return nil, err
 	}
 	rep.ReplicaStats = stats
-	r.retiredMu.Lock()
-	for key, v := range r.retired {
-		writes[key] += v
+	if r.auditFrom >= 0 {
+		if writes, err = r.auditedWrites(); err != nil {
+			return nil, err
+		}
 	}
-	r.retiredMu.Unlock()
 	for key, v := range writes {
 		switch {
 		case replicas.ControllerWrite(key):
@@ -426,17 +435,19 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 	return rep, nil
 }
 
-// retire counts a replica's writes before it is stopped or killed.
-func (r *vmiRun) retire(ctx context.Context, rep *replicas.Replica) {
-	families, err := rep.Metrics(ctx)
+// auditedWrites counts the replicas' writes in the audit log since the
+// run began.
+func (r *vmiRun) auditedWrites() (map[string]float64, error) {
+	f, err := r.copts.OpenAuditLog(r.auditFrom)
 	if err != nil {
-		return
+		return nil, err
 	}
-	r.retiredMu.Lock()
-	defer r.retiredMu.Unlock()
-	for key, v := range replicas.Writes(families) {
-		r.retired[key] += v
+	defer f.Close()
+	writes, err := audit.CountWrites(f)
+	if err != nil {
+		return nil, fmt.Errorf("count the replicas' writes in the audit log: %w", err)
 	}
+	return writes, nil
 }
 
 // byTenth returns the rate at which VMIs reached a phase in each tenth of
@@ -550,7 +561,6 @@ func (r *vmiRun) failover(ctx context.Context) (*Report, error) {
 			return err
 		}
 		victim := r.fleet.member(1)
-		r.retire(ctx, victim)
 		r.logf("failover: kill -9 %s", victim.ID)
 		killedAt = time.Now()
 		victim.Kill()
@@ -603,7 +613,6 @@ func (r *vmiRun) rolling(ctx context.Context) (*Report, error) {
 		// Highest ordinal first, as the StatefulSet controller updates.
 		for i := r.replicas - 1; i >= 0; i-- {
 			old := r.fleet.member(i)
-			r.retire(ctx, old)
 			r.logf("rolling: SIGTERM %s", old.ID)
 			stopped := time.Now()
 			done := make(chan struct{})

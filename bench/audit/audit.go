@@ -267,3 +267,28 @@ func leaseWritten(ev *auditv1.Event) (leaseWrite, error) {
 	}
 	return w, nil
 }
+
+// CountWrites counts the replicas' writes in an audit log by "verb
+// resource" ("patch pods/status"), as bench/replicas.Writes keys the
+// replicas' own counters: the API server's count, which a replica killed
+// mid-run cannot lose. Every answered write counts, whatever the answer.
+func CountWrites(log io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	err := Scan(log, func(ev *auditv1.Event) error {
+		if !strings.HasPrefix(ev.UserAgent, UserAgentPrefix) || ev.Stage != auditv1.StageResponseComplete || ev.ObjectRef == nil {
+			return nil
+		}
+		switch ev.Verb {
+		case "create", "update", "patch", "delete", "deletecollection":
+		default:
+			return nil
+		}
+		resource := ev.ObjectRef.Resource
+		if ev.ObjectRef.Subresource != "" {
+			resource += "/" + ev.ObjectRef.Subresource
+		}
+		out[ev.Verb+" "+resource]++
+		return nil
+	})
+	return out, err
+}

@@ -170,3 +170,34 @@ func TestInsideAtJudgesAWriteBySendTime(t *testing.T) {
 		}
 	}
 }
+
+func TestCountWritesByVerbAndResource(t *testing.T) {
+	status := func(replica string, received float64) string {
+		var ev map[string]any
+		_ = json.Unmarshal([]byte(event(replica, "patch", "pods", "obj-1", received, received, 200, "")), &ev)
+		ev["objectRef"].(map[string]any)["subresource"] = "status"
+		out, _ := json.Marshal(ev)
+		return string(out)
+	}
+	var other map[string]any
+	_ = json.Unmarshal([]byte(event("a", "create", "pods", "obj-9", 1, 1, 201, "")), &other)
+	other["userAgent"] = "kube-scheduler/v1.37.2"
+	foreign, _ := json.Marshal(other)
+	log := strings.Join([]string{
+		event("a", "create", "pods", "obj-1", 0, 0.1, 201, ""),
+		event("b", "create", "pods", "obj-2", 0, 0.1, 409, ""), // refused, still sent
+		status("a", 1),
+		status("b", 2),
+		event("a", "patch", "virtualmachineinstances", "obj-1", 3, 3.1, 200, ""),
+		event("a", "update", "leases", "vs-range-1", 4, 4.01, 200, "a"),
+		string(foreign),
+	}, "\n")
+	got, err := CountWrites(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"create pods": 2, "patch pods/status": 2, "patch virtualmachineinstances": 1, "update leases": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("counted %v, want %v", got, want)
+	}
+}
