@@ -173,9 +173,9 @@ func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 	}
 	rep.Faults = records
 	// The API server restart replaced its process and reset its request
-	// counters: its CPU time and the writes it served over the run are not
-	// known.
-	rep.AllClientWritesPerVMI = 0
+	// counters: its CPU time, the writes it served and the watchers it
+	// closed over the run are not known.
+	rep.AllClientWritesPerVMI, rep.TerminatedWatchers = 0, nil
 	delete(rep.ClusterCPUSeconds, "kube-apiserver")
 	fault, quiet := splitByFaults(m.flowResult, start, records)
 	rep.FaultLatencySeconds, rep.QuietLatencySeconds = &fault, &quiet

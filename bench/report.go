@@ -58,10 +58,14 @@ type Report struct {
 	HandoffLatencySeconds  Percentiles `json:"handoffLatencySeconds"`
 	ObservedLatencySeconds Percentiles `json:"observedLatencySeconds"`
 
-	WritesPerVMI          WritesPerVMI   `json:"writesPerVMI"`
-	EventsPerVMI          float64        `json:"eventsPerVMI"`
-	AllClientWritesPerVMI float64        `json:"allClientWritesPerVMI,omitempty"`
-	ReplicaStats          []ReplicaStats `json:"replicaStats"`
+	WritesPerVMI          WritesPerVMI `json:"writesPerVMI"`
+	EventsPerVMI          float64      `json:"eventsPerVMI"`
+	AllClientWritesPerVMI float64      `json:"allClientWritesPerVMI,omitempty"`
+	// TerminatedWatchers are the watchers, by resource, that the API
+	// server's watch cache closed during the flow because their buffers
+	// were full (apiserver_terminated_watchers_total): every client's.
+	TerminatedWatchers map[string]float64 `json:"apiServerTerminatedWatchers,omitempty"`
+	ReplicaStats       []ReplicaStats     `json:"replicaStats"`
 	// ClusterCPUSeconds is each control-plane process's CPU time during the
 	// VMI run: where the machine's two cores went.
 	ClusterCPUSeconds map[string]float64 `json:"clusterCPUSeconds,omitempty"`
@@ -189,6 +193,9 @@ func (r *Report) writeText(out io.Writer) {
 	}
 	fmt.Fprintf(out, "writes per VMI: %.2f %s; events per VMI: %.2f; all clients' writes per VMI: %.2f\n",
 		r.WritesPerVMI.Total, sortedMap(r.WritesPerVMI.ByVerbResource), r.EventsPerVMI, r.AllClientWritesPerVMI)
+	if len(r.TerminatedWatchers) > 0 {
+		fmt.Fprintf(out, "watchers the API server closed as too slow (every client's): %s\n", sortedMap(r.TerminatedWatchers))
+	}
 	if r.FloorVMIsPerSecond > 0 {
 		fmt.Fprintf(out, "floor in the same run: %.1f VMIs/s (ratio %.2f); API server CPU per VMI %.1f ms against the floor's %.1f ms (ratio %.2f)\n",
 			r.FloorVMIsPerSecond, r.FloorRatio, 1000*r.APIServerCPUPerVMI, 1000*r.FloorAPIServerCPUPerVMI, r.APIServerCPURatio)

@@ -353,12 +353,12 @@ func (r *vmiRun) newFlow(prefix string, count int, rate float64) *flow {
 // read around it.
 type measured struct {
 	*flowResult
-	serverWrites float64
-	clusterCPU   map[string]float64
+	server     serverCounters
+	clusterCPU map[string]float64
 }
 
 func (r *vmiRun) measure(ctx context.Context, f *flow) (*measured, error) {
-	before, err := serverWrites(ctx, r.kube)
+	before, err := readServerCounters(ctx, r.kube)
 	if err != nil {
 		return nil, fmt.Errorf("read the API server's request counters: %w", err)
 	}
@@ -369,11 +369,11 @@ func (r *vmiRun) measure(ctx context.Context, f *flow) (*measured, error) {
 	if err != nil {
 		return nil, err
 	}
-	after, err := serverWrites(ctx, r.kube)
+	after, err := readServerCounters(ctx, r.kube)
 	if err != nil {
 		return nil, fmt.Errorf("read the API server's request counters: %w", err)
 	}
-	return &measured{flowResult: res, serverWrites: after - before, clusterCPU: cpuDelta(cpuBefore, r.clusterCPU())}, nil
+	return &measured{flowResult: res, server: after.since(before), clusterCPU: cpuDelta(cpuBefore, r.clusterCPU())}, nil
 }
 
 // report fills the figures every VMI scenario has, from flow m; the
@@ -382,7 +382,7 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Rate: r.rate, Machine: r.machine(),
 		Running: m.Running, Stuck: r.vmis - m.Running, DurationSeconds: m.Duration.Seconds(),
 		LatencySeconds: percentiles(m.Latency), LatencyVMIs: len(m.Latency), HandoffLatencySeconds: percentiles(m.Handoff), ObservedLatencySeconds: percentiles(m.Observed),
-		AllClientWritesPerVMI: m.serverWrites / float64(r.vmis), ClusterCPUSeconds: m.clusterCPU, Timeline: m.Samples,
+		AllClientWritesPerVMI: m.server.writes / float64(r.vmis), TerminatedWatchers: m.server.terminatedWatchers, ClusterCPUSeconds: m.clusterCPU, Timeline: m.Samples,
 		WritesPerVMI: WritesPerVMI{ByVerbResource: map[string]float64{}}}
 	if m.Duration > 0 {
 		rep.VMIsPerSecond = float64(m.Running) / m.Duration.Seconds()
