@@ -22,6 +22,9 @@ type Selection interface {
 	apply(opts *metav1.ListOptions)
 	// owns is the client-side guard for one object.
 	owns(obj metav1.Object) bool
+	// rangeOf is the range an object the selection owns belongs to: how a
+	// SharedWatch hands it to one range's informer.
+	rangeOf(obj metav1.Object) (int, bool)
 }
 
 // ByKey selects objects by the hash of their own uid or namespace, with a
@@ -36,6 +39,9 @@ type keySelection struct {
 
 func (s keySelection) apply(opts *metav1.ListOptions) { opts.ShardSelector = s.selector }
 func (s keySelection) owns(obj metav1.Object) bool    { return s.owned.Has(s.ranges.Of(obj)) }
+func (s keySelection) rangeOf(obj metav1.Object) (int, bool) {
+	return s.ranges.Of(obj), true
+}
 
 // ByUnlabelledKey selects, among objects of a kind that may also carry a
 // parent's range label, those without one (or without a valid one) whose
@@ -69,6 +75,13 @@ func (s unlabelledKeySelection) owns(obj metav1.Object) bool {
 	return !labelled && s.keySelection.owns(obj)
 }
 
+func (s unlabelledKeySelection) rangeOf(obj metav1.Object) (int, bool) {
+	if _, labelled := s.ranges.Labelled(obj); labelled {
+		return 0, false
+	}
+	return s.ranges.Of(obj), true
+}
+
 // ByLabel selects children by the range label the controller stamped on
 // them (LabelRange): a child's own uid hashes elsewhere than its parent's.
 func (r Ranges) ByLabel(owned Set) Selection {
@@ -97,6 +110,8 @@ func (s labelSelection) owns(obj metav1.Object) bool {
 	return ok && s.owned.Has(i)
 }
 
+func (s labelSelection) rangeOf(obj metav1.Object) (int, bool) { return s.ranges.Labelled(obj) }
+
 func addLabelSelector(opts *metav1.ListOptions, selector string) {
 	if opts.LabelSelector != "" {
 		opts.LabelSelector += "," + selector
@@ -114,7 +129,7 @@ func addLabelSelector(opts *metav1.ListOptions, selector string) {
 // custom resource's list never echoes ListMeta.ShardInfo.
 func ShardedListWatch(lw cache.ListerWatcher, sel Selection, resource string, metrics *Metrics) cache.ListerWatcher {
 	return &guardedListWatch{inner: cache.ToListerWatcherWithContext(lw), noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(lw),
-		sel: sel, resource: resource, metrics: metrics}
+		guard: guard{sel: sel, resource: resource, metrics: metrics}}
 }
 
 type guardedListWatch struct {
@@ -122,12 +137,18 @@ type guardedListWatch struct {
 	// noWatchList passes on that lw's client cannot stream a list as a
 	// watch (a fake clientset), so the reflector lists instead.
 	noWatchList bool
-	sel         Selection
-	resource    string
-	metrics     *Metrics
+	guard
 	// lists and watches count the calls of this informer's reflector:
 	// every one after the first is a restart.
 	lists, watches atomic.Int64
+}
+
+// guard is the client-side guard of a selection: it drops, and counts under
+// resource, every object outside the selected ranges.
+type guard struct {
+	sel      Selection
+	resource string
+	metrics  *Metrics
 }
 
 func (g *guardedListWatch) IsWatchListSemanticsUnSupported() bool { return g.noWatchList }
@@ -141,11 +162,21 @@ func (g *guardedListWatch) Watch(opts metav1.ListOptions) (watch.Interface, erro
 }
 
 func (g *guardedListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if err := ctx.Err(); err != nil {
+		// The informer stopped during a watch-list; client-go falls back
+		// to a list all the same: not a relist.
+		return nil, err
+	}
 	if g.lists.Add(1) > 1 {
 		g.metrics.relisted(g.resource)
 	}
+	return g.list(ctx, g.inner, opts)
+}
+
+// list lists what the selection selects from lw, guarded.
+func (g guard) list(ctx context.Context, lw cache.ListerWatcherWithContext, opts metav1.ListOptions) (runtime.Object, error) {
 	g.sel.apply(&opts)
-	list, err := g.inner.ListWithContext(ctx, opts)
+	list, err := lw.ListWithContext(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +200,13 @@ func (g *guardedListWatch) ListWithContext(ctx context.Context, opts metav1.List
 }
 
 func (g *guardedListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	if g.watches.Add(1) > 1 {
+	switch {
+	case opts.SendInitialEvents != nil && *opts.SendInitialEvents:
+		// A watch-list streams the whole state again: a list.
+		if g.lists.Add(1) > 1 {
+			g.metrics.relisted(g.resource)
+		}
+	case g.watches.Add(1) > 1:
 		g.metrics.watchRestarted(g.resource)
 	}
 	g.sel.apply(&opts)
@@ -188,7 +225,7 @@ func (g *guardedListWatch) WatchWithContext(ctx context.Context, opts metav1.Lis
 
 // keep is the client-side guard: objects without metadata pass (the
 // informer reports them), objects outside the ranges are dropped.
-func (g *guardedListWatch) keep(obj runtime.Object) bool {
+func (g guard) keep(obj runtime.Object) bool {
 	accessor, err := meta.Accessor(obj)
 	if err != nil || g.sel.owns(accessor) {
 		return true

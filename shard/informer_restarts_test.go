@@ -11,10 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 )
 
 // A sharded informer's first list and first watch are its start; every one
-// after is a restart, counted by resource.
+// after is a restart, counted by resource. A watch-list counts as a list.
 func TestWatchRestartsAndRelistsAreCounted(t *testing.T) {
 	ranges, err := NewRanges(4, KeyUID)
 	if err != nil {
@@ -40,10 +41,16 @@ func TestWatchRestartsAndRelistsAreCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A watch-list streams the state again: a list, not a watch restart.
+	w, err := lw.WatchWithContext(ctx, metav1.ListOptions{SendInitialEvents: ptr.To(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
 	if got := testutil.ToFloat64(metrics.watchRestarts.WithLabelValues("pods")); got != 2 {
 		t.Errorf("%v watch restarts after 3 watches, want 2", got)
 	}
-	if got := testutil.ToFloat64(metrics.relists.WithLabelValues("pods")); got != 1 {
-		t.Errorf("%v relists after 2 lists, want 1", got)
+	if got := testutil.ToFloat64(metrics.relists.WithLabelValues("pods")); got != 2 {
+		t.Errorf("%v relists after 2 lists and a watch-list, want 2", got)
 	}
 }

@@ -18,6 +18,7 @@ type Metrics struct {
 	filterDropped        *prometheus.CounterVec
 	watchRestarts        *prometheus.CounterVec
 	relists              *prometheus.CounterVec
+	watchReselects       *prometheus.CounterVec
 	leader               prometheus.Gauge
 }
 
@@ -64,18 +65,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"resource"}),
 		watchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "virtshard_shard_watch_restarts_total",
-			Help: "Watches a sharded informer opened after its first: each one ended (the server closed it, it fell behind, an error) and was opened again.",
+			Help: "Watches a sharded informer or a shared range watch opened after its first: each one ended (the server closed it, it fell behind, an error) and was opened again.",
 		}, []string{"resource"}),
 		relists: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "virtshard_shard_relists_total",
-			Help: "Lists a sharded informer made after its first: a watch that could not resume from where it ended.",
+			Help: "Lists (or watch-list streams) a sharded informer made after its first: a watch that could not resume from where it ended.",
+		}, []string{"resource"}),
+		watchReselects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "virtshard_shard_watch_reselects_total",
+			Help: "Times a shared range watch was reopened, from where it was, because the ranges it serves changed.",
 		}, []string{"resource"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_leader",
 			Help: "1 while this member is the leader publishing the assignment.",
 		}),
 	}
-	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.watchRestarts, m.relists, m.leader)
+	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.watchRestarts, m.relists, m.watchReselects, m.leader)
 	return m
 }
 
@@ -151,6 +156,12 @@ func (m *Metrics) watchRestarted(resource string) {
 func (m *Metrics) relisted(resource string) {
 	if m != nil {
 		m.relists.WithLabelValues(resource).Inc()
+	}
+}
+
+func (m *Metrics) watchReselected(resource string) {
+	if m != nil {
+		m.watchReselects.WithLabelValues(resource).Inc()
 	}
 }
 

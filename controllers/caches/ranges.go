@@ -57,6 +57,10 @@ type Ranges struct {
 	vmiIndexers cache.Indexers
 	podIndexers cache.Indexers
 	vmIndexers  cache.Indexers
+
+	// One watch per resource (two for VMIs) serves the informers of every
+	// range: see shard.SharedWatch.
+	unlabelledVMIs, labelledVMIs, pods, vms *shard.SharedWatch
 }
 
 // Range is one held range's caches.
@@ -79,13 +83,43 @@ type Range struct {
 // NewRanges returns the range caches; controllers Register before the
 // shard manager runs.
 func NewRanges(cfg Config) *Ranges {
+	kv, ns, count := cfg.KubeVirt, cfg.Namespace, cfg.Ranges.Count()
+	vmiLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return kv.VirtualMachineInstances(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return kv.VirtualMachineInstances(ns).Watch(ctx, o)
+		},
+	}
+	vmLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return kv.VirtualMachines(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return kv.VirtualMachines(ns).Watch(ctx, o)
+		},
+	}
+	pods := cfg.Kube.CoreV1()
+	podLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return pods.Pods(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return pods.Pods(ns).Watch(ctx, o)
+		},
+	}
 	return &Ranges{
-		cfg:         cfg,
-		held:        make([]atomic.Pointer[Range], cfg.Ranges.Count()),
-		prepared:    make([]atomic.Pointer[Range], cfg.Ranges.Count()),
-		vmiIndexers: cache.Indexers{},
-		podIndexers: cache.Indexers{byVMIUID: podVMIUID},
-		vmIndexers:  cache.Indexers{},
+		cfg:            cfg,
+		held:           make([]atomic.Pointer[Range], count),
+		prepared:       make([]atomic.Pointer[Range], count),
+		vmiIndexers:    cache.Indexers{},
+		podIndexers:    cache.Indexers{byVMIUID: podVMIUID},
+		vmIndexers:     cache.Indexers{},
+		unlabelledVMIs: shard.NewSharedWatch(vmiLW, count, cfg.Ranges.ByUnlabelledKey, "virtualmachineinstances", cfg.Metrics),
+		labelledVMIs:   shard.NewSharedWatch(vmiLW, count, cfg.Ranges.ByLabel, "virtualmachineinstances", cfg.Metrics),
+		pods:           shard.NewSharedWatch(podLW, count, cfg.Ranges.ByLabel, "pods", cfg.Metrics),
+		vms:            shard.NewSharedWatch(vmLW, count, cfg.Ranges.ByKey, "virtualmachines", cfg.Metrics),
 	}
 }
 
@@ -231,51 +265,21 @@ func (r *Range) stop() {
 }
 
 func (c *Ranges) start(i int) (*Range, error) {
-	owned := shard.NewSet(c.cfg.Ranges.Count(), i)
-	kv, ns := c.cfg.KubeVirt, c.cfg.Namespace
-	vmiLW := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return kv.VirtualMachineInstances(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return kv.VirtualMachineInstances(ns).Watch(ctx, o)
-		},
-	}
-	vmLW := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return kv.VirtualMachines(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return kv.VirtualMachines(ns).Watch(ctx, o)
-		},
-	}
-	pods := c.cfg.Kube.CoreV1()
-	podLW := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return pods.Pods(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return pods.Pods(ns).Watch(ctx, o)
-		},
-	}
-
 	r := &Range{Index: i}
-	var err error
 	informers := []struct {
 		into     *cache.SharedIndexInformer
-		lw       cache.ListerWatcher
-		sel      shard.Selection
+		watch    *shard.SharedWatch
 		example  runtime.Object
-		resource string
 		indexers cache.Indexers
 	}{
-		{&r.VMIs.Unlabelled, cache.ToListWatcherWithWatchListSemantics(vmiLW, kv), c.cfg.Ranges.ByUnlabelledKey(owned), &virtv1.VirtualMachineInstance{}, "virtualmachineinstances", c.vmiIndexers},
-		{&r.VMIs.Labelled, cache.ToListWatcherWithWatchListSemantics(vmiLW, kv), c.cfg.Ranges.ByLabel(owned), &virtv1.VirtualMachineInstance{}, "virtualmachineinstances", c.vmiIndexers},
-		{&r.Pods, cache.ToListWatcherWithWatchListSemantics(podLW, c.cfg.Kube), c.cfg.Ranges.ByLabel(owned), &corev1.Pod{}, "pods", c.podIndexers},
-		{&r.VMs, cache.ToListWatcherWithWatchListSemantics(vmLW, kv), c.cfg.Ranges.ByKey(owned), &virtv1.VirtualMachine{}, "virtualmachines", c.vmIndexers},
+		{&r.VMIs.Unlabelled, c.unlabelledVMIs, &virtv1.VirtualMachineInstance{}, c.vmiIndexers},
+		{&r.VMIs.Labelled, c.labelledVMIs, &virtv1.VirtualMachineInstance{}, c.vmiIndexers},
+		{&r.Pods, c.pods, &corev1.Pod{}, c.podIndexers},
+		{&r.VMs, c.vms, &virtv1.VirtualMachine{}, c.vmIndexers},
 	}
 	for _, inf := range informers {
-		if *inf.into, err = shard.NewInformer(inf.lw, inf.sel, inf.example, inf.resource, c.cfg.Metrics, inf.indexers); err != nil {
+		var err error
+		if *inf.into, err = inf.watch.NewInformer(i, inf.example, inf.indexers); err != nil {
 			return nil, err
 		}
 	}
