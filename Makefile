@@ -101,6 +101,10 @@ controller: ## Build bin/virtshard-controller.
 bench: tools controller ## Every bench scenario at full size (on the realistic workload the runs up to 10,000 VMIs take over an hour); rewrites BENCHMARKS.md's generated section and docs/bench/.
 	$(GO) run ./bench/cmd/virtshard-bench --suite full --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
 
+.PHONY: bench-compare
+bench-compare: tools controller ## The side-by-side part of make bench: KubeVirt's virt-controller and virtshard with 1-4 replicas on one 2,000-VMI burst each (about 20 minutes); rewrites BENCHMARKS.md's generated section and docs/bench/.
+	$(GO) run ./bench/cmd/virtshard-bench --suite compare --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
+
 .PHONY: bench-smoke
 bench-smoke: tools controller ## Every bench scenario small, in about 6 minutes (also part of make test); output in bin/bench-smoke/.
 	$(GO) run ./bench/cmd/virtshard-bench --suite smoke --controller $(BIN)/virtshard-controller --out $(BIN)/bench-smoke $(BENCH_ARGS)

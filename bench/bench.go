@@ -72,6 +72,9 @@ var scenarioDefaults = map[string]struct {
 const (
 	SuiteFull  = "full"
 	SuiteSmoke = "smoke"
+	// SuiteCompare is the full suite's side-by-side part: KubeVirt's
+	// virt-controller and virtshard on the same 2,000-VMI burst.
+	SuiteCompare = "compare"
 )
 
 // Options of one bench invocation.
@@ -128,7 +131,7 @@ func (o *Options) Parse(args []string) error {
 	scenarioList := strings.Join(o.Scenarios, ",")
 	flags.StringVar(&scenarioList, "scenario", scenarioList, "scenario: "+strings.Join(slices.Sorted(maps.Keys(scenarioDefaults)), ", ")+
 		"; or comma-separated series scenarios, run side by side: "+strings.Join(seriesScenarios, ", "))
-	flags.StringVar(&o.Suite, "suite", o.Suite, "run a suite of scenarios instead: full (make bench) or smoke (make bench-smoke)")
+	flags.StringVar(&o.Suite, "suite", o.Suite, "run a suite of scenarios instead: full (make bench), compare (make bench-compare) or smoke (make bench-smoke)")
 	flags.IntVar(&o.Nodes, "nodes", o.Nodes, "kwok nodes in the cluster")
 	flags.StringVar(&o.Output, "output", o.Output, "report format: text, json or markdown")
 	flags.StringVar(&o.Out, "out", o.Out, "directory for raw data, SVG plots and the replicas' CPU profiles")
@@ -184,8 +187,8 @@ func (o *Options) Validate() error {
 		}
 	}
 	switch {
-	case o.Suite != "" && o.Suite != SuiteFull && o.Suite != SuiteSmoke:
-		return fmt.Errorf("unknown suite %q: want %s or %s", o.Suite, SuiteFull, SuiteSmoke)
+	case o.Suite != "" && o.Suite != SuiteFull && o.Suite != SuiteCompare && o.Suite != SuiteSmoke:
+		return fmt.Errorf("unknown suite %q: want %s, %s or %s", o.Suite, SuiteFull, SuiteCompare, SuiteSmoke)
 	case (o.Update != "" || o.Reports != "") && o.Suite == "":
 		return fmt.Errorf("--update and --reports need --suite")
 	case vmiScenario && o.Scenarios[0] != ScenarioCeiling && o.Replicas <= 0:

@@ -60,14 +60,21 @@ func (o *Options) SuiteReports(ctx context.Context, copts cluster.Options) ([]*R
 
 // suites: full is every scenario at the size its goal names (make bench);
 // smoke is each small, in a few minutes (make bench-smoke, and make test).
+// compareRuns are KubeVirt's virt-controller and virtshard with 1 to 4
+// replicas (and as a singleton) on the same burst, each run beside the
+// floor.
+var compareRuns = []suiteRun{
+	{ScenarioKubeVirt, 2000, 1, 0},
+	{ScenarioThroughput, 2000, 1, 0},
+	{ScenarioThroughput, 2000, 2, 0},
+	{ScenarioThroughput, 2000, 3, 0},
+	{ScenarioThroughput, 2000, 4, 0},
+	{ScenarioSingleton, 2000, 2, 0},
+}
+
 var suites = map[string][]suiteRun{
-	SuiteFull: {
-		{ScenarioKubeVirt, 2000, 1, 0},
-		{ScenarioThroughput, 2000, 1, 0},
-		{ScenarioThroughput, 2000, 2, 0},
-		{ScenarioThroughput, 2000, 3, 0},
-		{ScenarioThroughput, 2000, 4, 0},
-		{ScenarioSingleton, 2000, 2, 0},
+	SuiteCompare: compareRuns,
+	SuiteFull: append(slices.Clone(compareRuns), []suiteRun{
 		{ScenarioLatency, 1000, 3, 10},
 		{ScenarioFailover, 4000, 4, 0},
 		{ScenarioRolling, 4000, 4, 0},
@@ -75,7 +82,7 @@ var suites = map[string][]suiteRun{
 		{ScenarioScale, 10000, 4, 0},
 		{ScenarioScale, 50000, 4, 0},
 		{ScenarioMigrations, 1000, 3, 0},
-	},
+	}...),
 	SuiteSmoke: {
 		{ScenarioCeiling, 200, 0, 0},
 		{ScenarioKubeVirt, 200, 1, 0},
@@ -414,8 +421,11 @@ func loadReports(dir string, runs []suiteRun) ([]*Report, time.Time, error) {
 }
 
 func suiteCommand(suite string) string {
-	if suite == SuiteFull {
+	switch suite {
+	case SuiteFull:
 		return "make bench"
+	case SuiteCompare:
+		return "make bench-compare"
 	}
 	return "make bench-smoke"
 }
