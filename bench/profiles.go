@@ -27,6 +27,8 @@ const profileWindow = 5
 type profiles struct {
 	mu    sync.Mutex
 	byID  map[string][]*profile.Profile
+	// heaps are the replicas' heap profiles at the end of the flow.
+	heaps map[string][]byte
 	wg    sync.WaitGroup
 	ctx   context.Context
 	close context.CancelFunc
@@ -34,7 +36,7 @@ type profiles struct {
 
 func newProfiles(ctx context.Context) *profiles {
 	ctx, cancel := context.WithCancel(ctx)
-	return &profiles{byID: map[string][]*profile.Profile{}, ctx: ctx, close: cancel}
+	return &profiles{byID: map[string][]*profile.Profile{}, heaps: map[string][]byte{}, ctx: ctx, close: cancel}
 }
 
 // collect fetches consecutive windows from r until it exits.
@@ -89,6 +91,30 @@ func (p *profiles) collectFrom(id string, gone func() bool, fetch func(context.C
 	})
 }
 
+// heap fetches the heap profile of each replica in live now, when the
+// flow has just ended and their caches hold every VMI of the run; write
+// writes them as heap-<name>.pprof. A replica that does not answer within
+// 10 s (one a fault froze or is killing) is left out and returned. Safe on
+// nil.
+func (p *profiles) heap(ctx context.Context, live []*replicas.Replica) (missing []string) {
+	if p == nil {
+		return nil
+	}
+	for _, r := range live {
+		fetch, cancel := context.WithTimeout(ctx, 10*time.Second)
+		raw, err := r.Get(fetch, "/debug/pprof/heap")
+		cancel()
+		if err != nil {
+			missing = append(missing, r.ID)
+			continue
+		}
+		p.mu.Lock()
+		p.heaps[r.ID] = raw
+		p.mu.Unlock()
+	}
+	return missing
+}
+
 // stop ends the collection and waits for the collectors; safe on nil.
 func (p *profiles) stop() {
 	if p != nil {
@@ -121,6 +147,11 @@ func (p *profiles) write(dir string) error {
 			return err
 		}
 		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	for id, raw := range p.heaps {
+		if err := os.WriteFile(filepath.Join(dir, "heap-"+id+".pprof"), raw, 0o644); err != nil {
 			return err
 		}
 	}

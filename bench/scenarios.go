@@ -369,6 +369,11 @@ func (r *vmiRun) measure(ctx context.Context, f *flow) (*measured, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.fleet != nil {
+		if missing := r.profiles.heap(ctx, r.fleet.live()); len(missing) > 0 {
+			r.logf("no heap profile from %v", missing)
+		}
+	}
 	after, err := readServerCounters(ctx, r.kube)
 	if err != nil {
 		return nil, fmt.Errorf("read the API server's request counters: %w", err)
