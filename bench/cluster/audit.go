@@ -193,7 +193,13 @@ func (o Options) RestartAPIServer(ctx context.Context) error {
 	if err := o.kwokctl(ctx, "start", "cluster", "--name", o.Name); err != nil {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	// Every client lists again at once after a restart: in a 4,000-VMI
+	// chaos run the server was not ready within the minute this allowed.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		return o.healthy(ctx), nil
 	})
+	if err != nil {
+		return fmt.Errorf("kube-apiserver not ready 3 minutes after its restart: %w", err)
+	}
+	return nil
 }

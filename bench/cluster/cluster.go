@@ -208,7 +208,8 @@ func (o Options) healthy(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	cfg.Timeout = 2 * time.Second
+	// A loaded server answers /readyz late, not never.
+	cfg.Timeout = 5 * time.Second
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return false
