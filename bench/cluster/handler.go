@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,16 +75,18 @@ func alive(pid int) bool {
 // outlives the process that started it.
 func (o Options) ensureHandler(ctx context.Context) error {
 	binary := o.bin(handlerBinary)
-	built, err := os.Stat(binary)
+	built, err := fileDigest(binary)
 	if err != nil {
 		return fmt.Errorf("%s is not built (run `make tools` in %s): %w", handlerBinary, o.Root, err)
 	}
 	if pid := o.handlerPid(); pid != 0 {
-		started, err := os.Stat(o.handlerPidFile())
-		if err == nil && started.ModTime().After(built.ModTime()) {
+		// go build rewrites its output even when nothing changed: compare
+		// what runs with what is built, not their times.
+		running, err := fileDigest(fmt.Sprintf("/proc/%d/exe", pid))
+		if err == nil && running == built {
 			return nil
 		}
-		klog.FromContext(ctx).Info("Restarting the simulated virt-handler: its binary was rebuilt")
+		klog.FromContext(ctx).Info("Restarting the simulated virt-handler: its binary changed")
 		if err := o.stopHandler(ctx); err != nil {
 			return err
 		}
@@ -108,6 +112,22 @@ func (o Options) ensureHandler(ctx context.Context) error {
 	pid := cmd.Process.Pid
 	_ = cmd.Process.Release()
 	return os.WriteFile(o.handlerPidFile(), []byte(strconv.Itoa(pid)), 0o644)
+}
+
+// fileDigest is the SHA-256 of the file at path.
+func fileDigest(path string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
 }
 
 // stopHandler stops the simulated virt-handler, if it runs, and waits
