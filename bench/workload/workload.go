@@ -6,6 +6,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -264,9 +266,11 @@ func createVMI(ctx context.Context, kv *kubevirt.Clientset, namespace string, vm
 // transient reports whether err is one a retry may not get again: the
 // connection failed, or the server was busy or not ready. When the API
 // server restarts, client-go closes the HTTP/2 connection a watch broke on,
-// and the requests still on it fail "force closed".
+// and the requests still on it fail "force closed"; one being written to
+// the killed server fails with a broken pipe.
 func transient(err error) bool {
 	return utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err) || utilnet.IsProbableEOF(err) ||
+		errors.Is(err, syscall.EPIPE) ||
 		utilnet.IsHTTP2ConnectionLost(err) || utilnet.IsTimeout(err) ||
 		(err != nil && strings.Contains(err.Error(), "http2: client connection force closed")) ||
 		apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTooManyRequests(err) || apierrors.IsTimeout(err)

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,6 +80,7 @@ func TestTransientErrors(t *testing.T) {
 		// What a create got while the chaos scenario restarted the API server.
 		{&url.Error{Op: "Post", URL: "https://127.0.0.1/apis", Err: errors.New("http2: client connection force closed via ClientConn.Close")}, true},
 		{&url.Error{Op: "Post", URL: "https://127.0.0.1/apis", Err: errors.New("http2: client connection lost")}, true},
+		{&url.Error{Op: "Post", URL: "https://127.0.0.1/apis", Err: &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}}, true},
 		{apierrors.NewServiceUnavailable("starting"), true},
 		{apierrors.NewTooManyRequests("busy", 1), true},
 		{apierrors.NewBadRequest("no"), false},
