@@ -102,7 +102,7 @@ bench: tools controller ## Every bench scenario at full size (on the realistic w
 	$(GO) run ./bench/cmd/virtshard-bench --suite full --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
 
 .PHONY: bench-compare
-bench-compare: tools controller ## The side-by-side part of make bench: KubeVirt's virt-controller and virtshard with 1-4 replicas on one 2,000-VMI burst each (about 20 minutes); rewrites BENCHMARKS.md's generated section and docs/bench/.
+bench-compare: tools controller ## The side-by-side part of make bench: KubeVirt's virt-controller and virtshard with 1-4 replicas on one 2,000-VMI burst each (about 30 minutes); rewrites BENCHMARKS.md's generated section and docs/bench/.
 	$(GO) run ./bench/cmd/virtshard-bench --suite compare --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
 
 .PHONY: bench-smoke
