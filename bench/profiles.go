@@ -25,8 +25,8 @@ const profileWindow = 5
 // profiles fetches CPU profiles from replicas (started with --pprof) for
 // as long as they run, and writes one merged profile per replica name.
 type profiles struct {
-	mu    sync.Mutex
-	byID  map[string][]*profile.Profile
+	mu   sync.Mutex
+	byID map[string][]*profile.Profile
 	// heaps are the replicas' heap profiles at the end of the flow.
 	heaps map[string][]byte
 	wg    sync.WaitGroup
