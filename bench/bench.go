@@ -59,7 +59,7 @@ var scenarioDefaults = map[string]struct {
 	ScenarioCeiling:    {2000, 0, 0},
 	ScenarioThroughput: {2000, 3, 0},
 	ScenarioLatency:    {1000, 3, 10},
-	ScenarioScale:      {50000, 4, 0},
+	ScenarioScale:      {50000, 4, 15},
 	ScenarioFailover:   {4000, 4, 0},
 	ScenarioRolling:    {4000, 4, 0},
 	ScenarioSingleton:  {2000, 2, 0},

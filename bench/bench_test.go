@@ -15,7 +15,7 @@ func TestParse(t *testing.T) {
 		{"defaults are valid", nil, false, func(o *Options) bool {
 			return slices.Equal(o.Scenarios, []string{ScenarioThroughput}) && o.VMIs == 2000 && o.Replicas == 3
 		}},
-		{"a scenario brings its defaults", []string{"--scenario", "scale"}, false, func(o *Options) bool { return o.VMIs == 50000 && o.Replicas == 4 }},
+		{"a scenario brings its defaults", []string{"--scenario", "scale"}, false, func(o *Options) bool { return o.VMIs == 50000 && o.Replicas == 4 && o.Rate == 15 }},
 		{"latency runs at KubeVirt's job rate by default", []string{"--scenario", "latency"}, false, func(o *Options) bool { return o.Rate == 10 }},
 		{"flags win over scenario defaults", []string{"--scenario", "latency", "--rate", "0", "--vmis", "7"}, false,
 			func(o *Options) bool { return o.Rate == 0 && o.VMIs == 7 }},
