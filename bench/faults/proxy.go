@@ -167,17 +167,20 @@ func (p *Proxy) serve(client net.Conn) {
 // cut it goes on reading src, so that each held chunk's sending time is
 // known, not only the first's.
 func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
-	defer func() {
-		// Unblock the other direction, and the reader.
-		src.Close()
-		dst.Close()
-	}()
 	type chunk struct {
 		bytes    []byte
 		sent     time.Time
 		restores int
 	}
 	chunks := make(chan chunk, 256)
+	defer func() {
+		// Unblock the other direction, and the reader: its next read
+		// fails, and draining frees a send it may be blocked in.
+		src.Close()
+		dst.Close()
+		for range chunks {
+		}
+	}()
 	go func() {
 		defer close(chunks)
 		for {
