@@ -58,11 +58,9 @@ func (o *Options) SuiteReports(ctx context.Context, copts cluster.Options) ([]*R
 	return e.suiteReports(ctx)
 }
 
-// suites: full is every scenario at the size its goal names (make bench);
-// smoke is each small, in a few minutes (make bench-smoke, and make test).
 // compareRuns are KubeVirt's virt-controller and virtshard with 1 to 4
-// replicas (and as a singleton) on the same burst, each run beside the
-// floor.
+// replicas (and as a singleton) on the same burst, each of virtshard's
+// throughput runs beside the floor.
 var compareRuns = []suiteRun{
 	{ScenarioKubeVirt, 2000, 1, 0},
 	{ScenarioThroughput, 2000, 1, 0},
@@ -72,6 +70,9 @@ var compareRuns = []suiteRun{
 	{ScenarioSingleton, 2000, 2, 0},
 }
 
+// suites: full is every scenario at the size its goal names (make bench);
+// compare is its side-by-side part (make bench-compare); smoke is each
+// scenario small, in a few minutes (make bench-smoke, and make test).
 var suites = map[string][]suiteRun{
 	SuiteCompare: compareRuns,
 	SuiteFull: append(slices.Clone(compareRuns), []suiteRun{
@@ -364,8 +365,9 @@ func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error 
 const kwokJob = "published, median of 258 runs from 2026-02-03 to 2026-07-17 in github.com/kubevirt/ci-performance-benchmarks, " +
 	"results/periodic-kubevirt-e2e-k8s-1.34-sig-performance-kwok/*/results.json"
 
-// sideBySide compares virtshard with 1 to 4 replicas, KubeVirt's model
-// (singleton) and the floor, and KubeVirt's published figures.
+// sideBySide compares virtshard with 1 to 4 replicas, KubeVirt's own
+// virt-controller, KubeVirt's model (singleton) and the floor, and
+// KubeVirt's published figures.
 func sideBySide(w io.Writer, reports []*Report) {
 	floor := find(reports, ScenarioThroughput, 3)
 	if floor != nil && floor.FloorVMIsPerSecond == 0 {
