@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/watchlist"
 )
 
 // Selection is how a sharded informer picks the objects of some ranges.
@@ -120,57 +117,15 @@ func addLabelSelector(opts *metav1.ListOptions, selector string) {
 	}
 }
 
-// ShardedListWatch narrows lw to the objects sel selects: the server filters
-// (shard or label selector), and a client-side guard drops, and counts under
-// resource, every object outside the ranges on LIST and WATCH, keeping list
-// metadata (continue tokens, resourceVersion) and passing bookmarks. The
-// server's filtering is trusted only as far as the guard proves it: a
-// server without the ShardedListAndWatch feature ignores the selector, and a
-// custom resource's list never echoes ListMeta.ShardInfo.
-func ShardedListWatch(lw cache.ListerWatcher, sel Selection, resource string, metrics *Metrics) cache.ListerWatcher {
-	return &guardedListWatch{inner: cache.ToListerWatcherWithContext(lw), noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(lw),
-		guard: guard{sel: sel, resource: resource, metrics: metrics}}
-}
-
-type guardedListWatch struct {
-	inner cache.ListerWatcherWithContext
-	// noWatchList passes on that lw's client cannot stream a list as a
-	// watch (a fake clientset), so the reflector lists instead.
-	noWatchList bool
-	guard
-	// lists and watches count the calls of this informer's reflector:
-	// every one after the first is a restart.
-	lists, watches atomic.Int64
-}
-
 // guard is the client-side guard of a selection: it drops, and counts under
-// resource, every object outside the selected ranges.
+// resource, every object outside the selected ranges, on LIST and WATCH. The
+// server's filtering is trusted only as far as the guard proves it: a server
+// without the ShardedListAndWatch feature ignores the shard selector, and a
+// custom resource's list never echoes ListMeta.ShardInfo.
 type guard struct {
 	sel      Selection
 	resource string
 	metrics  *Metrics
-}
-
-func (g *guardedListWatch) IsWatchListSemanticsUnSupported() bool { return g.noWatchList }
-
-func (g *guardedListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
-	return g.ListWithContext(context.Background(), opts)
-}
-
-func (g *guardedListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
-	return g.WatchWithContext(context.Background(), opts)
-}
-
-func (g *guardedListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	if err := ctx.Err(); err != nil {
-		// The informer stopped during a watch-list; client-go falls back
-		// to a list all the same: not a relist.
-		return nil, err
-	}
-	if g.lists.Add(1) > 1 {
-		g.metrics.relisted(g.resource)
-	}
-	return g.list(ctx, g.inner, opts)
 }
 
 // list lists what the selection selects from lw, guarded.
@@ -199,30 +154,6 @@ func (g guard) list(ctx context.Context, lw cache.ListerWatcherWithContext, opts
 	return list, nil
 }
 
-func (g *guardedListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	switch {
-	case opts.SendInitialEvents != nil && *opts.SendInitialEvents:
-		// A watch-list streams the whole state again: a list.
-		if g.lists.Add(1) > 1 {
-			g.metrics.relisted(g.resource)
-		}
-	case g.watches.Add(1) > 1:
-		g.metrics.watchRestarted(g.resource)
-	}
-	g.sel.apply(&opts)
-	w, err := g.inner.WatchWithContext(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
-		switch ev.Type {
-		case watch.Bookmark, watch.Error:
-			return ev, true
-		}
-		return ev, g.keep(ev.Object)
-	}), nil
-}
-
 // keep is the client-side guard: objects without metadata pass (the
 // informer reports them), objects outside the ranges are dropped.
 func (g guard) keep(obj runtime.Object) bool {
@@ -242,15 +173,4 @@ func TrimForCache(obj any) (any, error) {
 		accessor.SetManagedFields(nil)
 	}
 	return obj, nil
-}
-
-// NewInformer returns an informer over the objects sel selects, guarded as
-// ShardedListWatch describes and trimmed by TrimForCache. Controllers start
-// one per acquired range and stop it when the range is released.
-func NewInformer(lw cache.ListerWatcher, sel Selection, example runtime.Object, resource string, metrics *Metrics, indexers cache.Indexers) (cache.SharedIndexInformer, error) {
-	informer := cache.NewSharedIndexInformer(ShardedListWatch(lw, sel, resource, metrics), example, 0, indexers)
-	if err := informer.SetTransform(TrimForCache); err != nil {
-		return nil, err
-	}
-	return informer, nil
 }

@@ -32,10 +32,8 @@ import (
 // dispatcher's blocking budget is spent (at most 100 ms, refilled at 50 ms
 // a second: time_budget.go) is closed ("Forcing … watcher close due to
 // unresponsiveness", apiserver_terminated_watchers_total). With a watch per
-// range, bursts of events on a busy server closed all 64 watchers of a
-// resource at once, over and over, though their clients had read
-// everything they were sent: 920 closed pod watchers in a 2,000-VMI burst
-// with three replicas, against 63 with shared watches (15 of them ours).
+// range, bursts of events on a busy server closed watchers by the
+// hundred (docs/sharding.md).
 //
 // Each range's informer keeps its own store, handlers and lifecycle, so
 // starting and stopping a range is unchanged. Its initial list (a

@@ -45,7 +45,7 @@ func (t ignoreShardSelector) RoundTrip(r *http.Request) (*http.Response, error) 
 
 var vmiResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
 
-// informerCase is one resource and selection the guarded informer is tried with.
+// informerCase is one resource and selection the range informers are tried with.
 type informerCase struct {
 	name     string
 	resource string
@@ -124,9 +124,16 @@ func TestShardedInformerHoldsExactlyTheOwnedObjects(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				cfg := server.config(t)
-				sel := ranges.ByLabel(owned)
+				by := ranges.ByLabel
 				if tc.byKey {
-					sel = ranges.ByKey(owned)
+					by = ranges.ByKey
+				}
+				rangeOf := func(obj metav1.Object) int {
+					if tc.byKey {
+						return ranges.Of(obj)
+					}
+					i, _ := ranges.Labelled(obj)
+					return i
 				}
 				mine := func(obj metav1.Object, label int) bool {
 					if tc.byKey {
@@ -156,16 +163,23 @@ func TestShardedInformerHoldsExactlyTheOwnedObjects(t *testing.T) {
 					}
 				}
 
+				// One shared watch serves an informer per owned range, as
+				// a replica's caches do.
 				metrics := shard.NewMetrics(prometheus.NewRegistry())
-				informer, err := shard.NewInformer(tc.lw(cfg, ns), sel, tc.object, tc.resource, metrics, cache.Indexers{})
-				if err != nil {
-					t.Fatal(err)
+				shared := shard.NewSharedWatch(tc.lw(cfg, ns), 8, by, tc.resource, metrics)
+				informers := map[int]cache.SharedIndexInformer{}
+				for _, i := range owned.List() {
+					informer, err := shared.NewInformer(i, tc.object, cache.Indexers{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					informers[i] = informer
+					go informer.RunWithContext(ctx)
+					if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+						t.Fatalf("range %d's informer did not sync", i)
+					}
 				}
-				go informer.RunWithContext(ctx)
-				if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-					t.Fatal("informer did not sync")
-				}
-				assertStore(t, informer.GetStore(), want)
+				assertRanges(t, informers, want, rangeOf)
 
 				last := ""
 				for i := 24; i < 48 || last == ""; i++ {
@@ -180,12 +194,16 @@ func TestShardedInformerHoldsExactlyTheOwnedObjects(t *testing.T) {
 				// The watch delivers in order: once the last owned object is
 				// in, every earlier event has been handled.
 				if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-					_, ok, _ := informer.GetStore().GetByKey(ns + "/" + last)
-					return ok, nil
+					for _, informer := range informers {
+						if _, ok, _ := informer.GetStore().GetByKey(ns + "/" + last); ok {
+							return true, nil
+						}
+					}
+					return false, nil
 				}); err != nil {
-					t.Fatalf("%s never reached the informer", last)
+					t.Fatalf("%s never reached an informer", last)
 				}
-				assertStore(t, informer.GetStore(), want)
+				assertRanges(t, informers, want, rangeOf)
 
 				dropped := metrics.FilterDropped(tc.resource)
 				switch {
@@ -200,17 +218,27 @@ func TestShardedInformerHoldsExactlyTheOwnedObjects(t *testing.T) {
 	}
 }
 
-func assertStore(t *testing.T, store cache.Store, want map[string]bool) {
+// assertRanges checks that the range informers together hold exactly want,
+// each object in its own range's informer only, without managed fields.
+func assertRanges(t *testing.T, informers map[int]cache.SharedIndexInformer, want map[string]bool, rangeOf func(metav1.Object) int) {
 	t.Helper()
 	got := map[string]bool{}
-	for _, obj := range store.List() {
-		m := obj.(metav1.Object)
-		got[m.GetName()] = true
-		if len(m.GetManagedFields()) != 0 {
-			t.Errorf("%s kept its managed fields in the cache", m.GetName())
+	for i, informer := range informers {
+		for _, obj := range informer.GetStore().List() {
+			m := obj.(metav1.Object)
+			if got[m.GetName()] {
+				t.Errorf("%s is in two ranges' informers", m.GetName())
+			}
+			got[m.GetName()] = true
+			if r := rangeOf(m); r != i {
+				t.Errorf("%s of range %d is in range %d's informer", m.GetName(), r, i)
+			}
+			if len(m.GetManagedFields()) != 0 {
+				t.Errorf("%s kept its managed fields in the cache", m.GetName())
+			}
 		}
 	}
 	if !maps.Equal(got, want) {
-		t.Errorf("informer holds %v, want exactly %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+		t.Errorf("informers hold %v, want exactly %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
 	}
 }
