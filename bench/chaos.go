@@ -47,10 +47,7 @@ type FaultRecord struct {
 type chaosSetup struct {
 	proxies     []*faults.Proxy
 	kubeconfigs []string
-	// auditFrom is the audit log's size when the run began: the run's
-	// events follow it.
-	auditFrom  int64
-	partitions []partition
+	partitions  []partition
 }
 
 // partition is a replica's cut connection: the replica, and the bytes of
@@ -107,12 +104,10 @@ func (e *env) audited(dir string) (int64, error) {
 	return from, e.copts.WriteAuditedKubeconfig(filepath.Join(dir, auditedKubeconfig))
 }
 
+// startChaos puts a proxy before each replica, each with the audited
+// credentials that e.audited wrote into dir.
 func (e *env) startChaos(dir string, replicas int) (*chaosSetup, error) {
-	auditFrom, err := e.audited(dir)
-	if err != nil {
-		return nil, err
-	}
-	c := &chaosSetup{auditFrom: auditFrom}
+	c := &chaosSetup{}
 	cfg, err := e.copts.RESTConfig()
 	if err != nil {
 		return nil, err
@@ -360,7 +355,7 @@ func (r *vmiRun) checkAudit(ctx context.Context) (audit.Result, error) {
 			owner["pods/"+p.Name] = i
 		}
 	}
-	f, err := r.copts.OpenAuditLog(r.chaosSetup.auditFrom)
+	f, err := r.copts.OpenAuditLog(r.auditFrom)
 	if err != nil {
 		return audit.Result{}, err
 	}

@@ -224,19 +224,19 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: append(args, o.ReplicaArgs...)}
 	var kubeconfigs []string
 	switch scenario {
-	case ScenarioChaos:
+	case ScenarioChaos, ScenarioFailover, ScenarioRolling:
+		if r.auditFrom, err = e.audited(ropts.LogDir); err != nil {
+			return nil, err
+		}
+		ropts.Kubeconfig = filepath.Join(ropts.LogDir, auditedKubeconfig)
+	}
+	if scenario == ScenarioChaos {
 		r.chaosSetup, err = e.startChaos(ropts.LogDir, r.replicas)
 		if err != nil {
 			return nil, err
 		}
 		defer r.chaosSetup.stop()
 		kubeconfigs = r.chaosSetup.kubeconfigs
-		r.auditFrom = r.chaosSetup.auditFrom
-	case ScenarioFailover, ScenarioRolling:
-		if r.auditFrom, err = e.audited(ropts.LogDir); err != nil {
-			return nil, err
-		}
-		ropts.Kubeconfig = filepath.Join(ropts.LogDir, auditedKubeconfig)
 	}
 	e.logf("%s: starting %d replicas (logs in %s)", scenario, r.replicas, ropts.LogDir)
 	r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles, kubeconfigs)
@@ -369,11 +369,6 @@ func (r *vmiRun) measure(ctx context.Context, f *flow) (*measured, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.fleet != nil {
-		if missing := r.profiles.heap(ctx, r.fleet.live()); len(missing) > 0 {
-			r.logf("no heap profile from %v", missing)
-		}
-	}
 	after, err := readServerCounters(ctx, r.kube)
 	if err != nil {
 		return nil, fmt.Errorf("read the API server's request counters: %w", err)
@@ -417,6 +412,13 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 		return nil, err
 	}
 	rep.ReplicaStats = stats
+	// Heap profiles after the replicas' figures are read: fetching them
+	// costs the replicas CPU.
+	if r.fleet != nil {
+		if missing := r.profiles.heap(ctx, r.fleet.live()); len(missing) > 0 {
+			r.logf("no heap profile from %v", missing)
+		}
+	}
 	if r.auditFrom >= 0 {
 		if writes, err = r.auditedWrites(); err != nil {
 			return nil, err
