@@ -1,7 +1,6 @@
 package kubevirt
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -13,14 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -29,6 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/virtshard/virtshard/bench/cluster"
+	"github.com/virtshard/virtshard/bench/endpoint"
+	"github.com/virtshard/virtshard/bench/proc"
 )
 
 // The images virt-operator v1.8.1 gives virt-controller with the default
@@ -179,11 +177,12 @@ var errAddressInUse = errors.New("address already in use")
 
 // start starts the process and waits until it leads.
 func (c *Controller) start(ctx context.Context) error {
-	port, err := freePort()
+	address, err := proc.FreeAddress()
 	if err != nil {
 		return err
 	}
-	c.address = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	c.address = address
+	_, port, _ := net.SplitHostPort(address)
 	log, err := os.OpenFile(c.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -199,7 +198,7 @@ func (c *Controller) start(ctx context.Context) error {
 	// certificate instead of the kubevirt-controller-certs Secret.
 	args := []string{
 		"--kubeconfig", c.kubeconfig,
-		"--listen", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--listen", "127.0.0.1", "--port", port,
 		"--prom-cert-file", c.certFile, "--prom-key-file", c.keyFile,
 		"--launcher-image", c.opts.LauncherImage,
 		"--exporter-image", exporterImage,
@@ -229,7 +228,7 @@ func (c *Controller) start(ctx context.Context) error {
 		}
 		select {
 		case <-c.done:
-			tail := logSince(c.LogPath(), logStart)
+			tail := proc.LogTail(c.LogPath(), logStart)
 			if strings.Contains(tail, "address already in use") {
 				return fmt.Errorf("virt-controller on %s: %w", c.address, errAddressInUse)
 			}
@@ -259,23 +258,7 @@ func (c *Controller) leads(ctx context.Context) bool {
 }
 
 func (c *Controller) get(ctx context.Context, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+c.address+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s from virt-controller: %s: %s", path, resp.Status, bytes.TrimSpace(body))
-	}
-	return body, nil
+	return endpoint.Get(ctx, c.http, "https://"+c.address+path, "virt-controller")
 }
 
 // Stop stops the process and deletes its leader Lease. virt-controller
@@ -341,16 +324,7 @@ func (c *Controller) MetricsURL() string { return "https://" + c.address + "/met
 
 // Scrape reads virt-controller's metrics.
 func (c *Controller) Scrape(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	body, err := c.get(ctx, "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("parse virt-controller's metrics: %w", err)
-	}
-	return families, nil
+	return endpoint.Metrics(ctx, c.http, c.MetricsURL(), "virt-controller")
 }
 
 // RequestsMetric counts virt-controller's API requests (KubeVirt's
@@ -362,15 +336,7 @@ const RequestsMetric = "kubevirt_rest_client_requests_total"
 // DELETE; a subresource counts as its resource ("PATCH pods" includes a
 // pod's status).
 func Requests(families map[string]*dto.MetricFamily) map[string]float64 {
-	out := map[string]float64{}
-	for _, m := range families[RequestsMetric].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		out[labels["verb"]+" "+labels["resource"]] += m.GetCounter().GetValue()
-	}
-	return out
+	return endpoint.CountByVerbResource(families, RequestsMetric)
 }
 
 // Writes returns the writes among Requests in the shape of
@@ -388,26 +354,4 @@ func Writes(families map[string]*dto.MetricFamily) map[string]float64 {
 		}
 	}
 	return out
-}
-
-// logSince returns the end of what the process logged from offset on.
-func logSince(path string, offset int64) string {
-	data, err := os.ReadFile(path)
-	if err != nil || int64(len(data)) < offset {
-		return ""
-	}
-	data = data[offset:]
-	if len(data) > 2000 {
-		data = data[len(data)-2000:]
-	}
-	return strings.TrimSpace(string(data))
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

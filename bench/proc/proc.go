@@ -1,11 +1,13 @@
 // Package proc reads a local process's CPU time and peak memory from /proc,
 // so the bench measures replicas and the cluster's components alike, even a
-// process that no longer answers on its metrics port.
+// process that no longer answers on its metrics port; and it has what
+// starting one needs: a free loopback address, the tail of its log.
 package proc
 
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -70,4 +72,29 @@ func PeakRSSBytes(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+// LogTail returns the last 2,000 bytes of what a process logged to path
+// from offset on: why it exited, for an error.
+func LogTail(path string, offset int64) string {
+	data, err := os.ReadFile(path)
+	if err != nil || int64(len(data)) < offset {
+		return ""
+	}
+	data = data[offset:]
+	if len(data) > 2000 {
+		data = data[len(data)-2000:]
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// FreeAddress returns a loopback address whose port was free a moment ago,
+// for a process to listen on; the caller retries if another took it since.
+func FreeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }

@@ -3,6 +3,8 @@ package proc
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -74,5 +76,20 @@ func TestStateTellsAZombie(t *testing.T) {
 	_ = cmd.Wait()
 	if _, err := State(pid); err == nil {
 		t.Error("State of a reaped process gave no error")
+	}
+}
+
+func TestLogTailKeepsTheEndAfterOffset(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	earlier := "from an earlier start\n"
+	if err := os.WriteFile(path, []byte(earlier+strings.Repeat("x", 3000)+"last words\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tail := LogTail(path, int64(len(earlier)))
+	if len(tail) != 2000-1 || !strings.HasSuffix(tail, "last words") {
+		t.Errorf("tail of %d bytes ending %q, want the last 2,000 bytes trimmed", len(tail), tail[len(tail)-10:])
+	}
+	if got := LogTail(path, 1<<20); got != "" {
+		t.Errorf("an offset past the end gave %q", got)
 	}
 }

@@ -4,12 +4,10 @@
 package replicas
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,8 +17,9 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/virtshard/virtshard/bench/endpoint"
+	"github.com/virtshard/virtshard/bench/proc"
 )
 
 // Options of a set of replicas.
@@ -63,7 +62,7 @@ func Start(opts Options, id string) (*Replica, error) {
 var errAddressInUse = errors.New("address already in use")
 
 func start(opts Options, id string) (*Replica, error) {
-	addr, err := freeAddress()
+	addr, err := proc.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +103,7 @@ func start(opts Options, id string) (*Replica, error) {
 		}
 		select {
 		case <-r.done:
-			tail := logSince(logPath, logStart)
+			tail := proc.LogTail(logPath, logStart)
 			if strings.Contains(tail, "address already in use") {
 				return nil, fmt.Errorf("replica %s on %s: %w", id, addr, errAddressInUse)
 			}
@@ -115,19 +114,6 @@ func start(opts Options, id string) (*Replica, error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// logSince returns the end of what the replica logged from offset on.
-func logSince(path string, offset int64) string {
-	data, err := os.ReadFile(path)
-	if err != nil || int64(len(data)) < offset {
-		return ""
-	}
-	data = data[offset:]
-	if len(data) > 2000 {
-		data = data[len(data)-2000:]
-	}
-	return strings.TrimSpace(string(data))
 }
 
 // Stop asks the replica to hand its ranges off and exit (SIGTERM), and
@@ -170,23 +156,7 @@ func (r *Replica) PID() int { return r.cmd.Process.Pid }
 
 // Get fetches path (with its query) from the replica's HTTP endpoint.
 func (r *Replica) Get(ctx context.Context, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.Address+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s from %s: %s: %s", path, r.ID, resp.Status, bytes.TrimSpace(body))
-	}
-	return body, nil
+	return endpoint.Get(ctx, http.DefaultClient, "http://"+r.Address+path, r.ID)
 }
 
 // Metrics scrapes the replica's /metrics.
@@ -195,12 +165,7 @@ func (r *Replica) Get(ctx context.Context, path string) ([]byte, error) {
 func (r *Replica) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	body, err := r.Get(ctx, "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	return parser.TextToMetricFamilies(bytes.NewReader(body))
+	return endpoint.Metrics(ctx, http.DefaultClient, "http://"+r.Address+"/metrics", r.ID)
 }
 
 // Sum adds up every series of a counter or gauge family whose labels
@@ -212,10 +177,7 @@ func Sum(families map[string]*dto.MetricFamily, name string, match map[string]st
 	}
 	total := 0.0
 	for _, m := range f.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
+		labels := endpoint.Labels(m)
 		ok := true
 		for k, v := range match {
 			ok = ok && labels[k] == v
@@ -233,26 +195,9 @@ func Sum(families map[string]*dto.MetricFamily, name string, match map[string]st
 	return total
 }
 
-func freeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // Writes returns virtshard_api_writes_total by "verb resource".
 func Writes(families map[string]*dto.MetricFamily) map[string]float64 {
-	out := map[string]float64{}
-	for _, m := range families["virtshard_api_writes_total"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		out[labels["verb"]+" "+labels["resource"]] += m.GetCounter().GetValue()
-	}
-	return out
+	return endpoint.CountByVerbResource(families, "virtshard_api_writes_total")
 }
 
 // ControllerWrite reports whether a "verb resource" key of Writes is one of
