@@ -24,21 +24,32 @@ func get(t *testing.T, client *http.Client, url string) (string, error) {
 	return string(body), err
 }
 
-// A cut proxy black-holes traffic on open and new connections alike; once
-// restored, both carry traffic again.
-func TestProxyCutsAndRestores(t *testing.T) {
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pong")) }))
-	defer server.Close()
+// proxied starts handler behind a Proxy, both closed at the test's end, and
+// returns the proxy, its URL, and a client whose connection through it is
+// open and has carried one request; handler must answer "pong".
+func proxied(t *testing.T, handler http.HandlerFunc) (*Proxy, string, *http.Client) {
+	t.Helper()
+	server := httptest.NewServer(handler)
+	t.Cleanup(server.Close)
 	p, err := NewProxy(server.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { _ = p.Close() })
 	url := "http://" + p.Addr()
 	kept := &http.Client{} // keeps its connection open between requests
 	if body, err := get(t, kept, url); err != nil || body != "pong" {
 		t.Fatalf("through the proxy: %q, %v", body, err)
 	}
+	return p, url, kept
+}
+
+func pong(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pong")) }
+
+// A cut proxy black-holes traffic on open and new connections alike; once
+// restored, both carry traffic again.
+func TestProxyCutsAndRestores(t *testing.T) {
+	p, url, kept := proxied(t, pong)
 
 	p.Cut()
 	for name, client := range map[string]*http.Client{"open connection": kept, "new connection": {Transport: &http.Transport{DisableKeepAlives: true}}} {
@@ -58,21 +69,10 @@ func TestProxyCutsAndRestores(t *testing.T) {
 // waits in the client until Restore, then goes through.
 func TestProxyStallHoldsRequestsInTheClient(t *testing.T) {
 	requests := make(chan struct{}, 10)
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	p, url, kept := proxied(t, func(w http.ResponseWriter, r *http.Request) {
 		requests <- struct{}{}
-		_, _ = w.Write([]byte("pong"))
-	}))
-	defer server.Close()
-	p, err := NewProxy(server.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	url := "http://" + p.Addr()
-	kept := &http.Client{}
-	if body, err := get(t, kept, url); err != nil || body != "pong" {
-		t.Fatalf("through the proxy: %q, %v", body, err)
-	}
+		pong(w, r)
+	})
 	<-requests
 
 	p.Stall()
@@ -106,18 +106,7 @@ func TestProxyStallHoldsRequestsInTheClient(t *testing.T) {
 // server after Restore, and the proxy records when its bytes were sent and
 // when they were delivered.
 func TestProxyRecordsHeldBytes(t *testing.T) {
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pong")) }))
-	defer server.Close()
-	p, err := NewProxy(server.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	url := "http://" + p.Addr()
-	kept := &http.Client{}
-	if body, err := get(t, kept, url); err != nil || body != "pong" {
-		t.Fatalf("through the proxy: %q, %v", body, err)
-	}
+	p, url, kept := proxied(t, pong)
 	if held := p.Held(); len(held) != 0 {
 		t.Fatalf("held %v before any cut", held)
 	}
