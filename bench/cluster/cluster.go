@@ -113,6 +113,10 @@ func upLocked(ctx context.Context, opts Options) (started bool, err error) {
 		logger.Info("Recreating the local cluster: it was created without the audit policy", "name", opts.Name)
 		healthy = false
 	}
+	if healthy && !opts.kwokConfigured() {
+		logger.Info("Recreating the local cluster: it was created without kwok's configuration", "name", opts.Name)
+		healthy = false
+	}
 	if !healthy {
 		if _, statErr := os.Stat(filepath.Join(opts.Workdir(), "clusters", opts.Name)); statErr == nil {
 			// State of a cluster whose processes are gone (a new session, a
@@ -247,7 +251,12 @@ func (o Options) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := o.kwokctl(ctx, append(args, audit...)...); err != nil {
+	kwokConfig, err := o.kwokConfigArgs()
+	if err != nil {
+		return err
+	}
+	args = append(append(args, audit...), kwokConfig...)
+	if err := o.kwokctl(ctx, args...); err != nil {
 		return err
 	}
 	// kwokctl exits 0 even when --wait timed out: check for ourselves.
