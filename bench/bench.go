@@ -59,7 +59,7 @@ var scenarioDefaults = map[string]struct {
 	ScenarioCeiling:    {2000, 0, 0},
 	ScenarioThroughput: {2000, 3, 0},
 	ScenarioLatency:    {1000, 3, 10},
-	ScenarioScale:      {50000, 4, 15},
+	ScenarioScale:      {50000, 4, 4},
 	ScenarioFailover:   {4000, 4, 0},
 	ScenarioRolling:    {4000, 4, 0},
 	ScenarioSingleton:  {2000, 2, 0},
@@ -221,9 +221,14 @@ func (o *Options) timeout(vmis int) time.Duration {
 	if o.Timeout > 0 {
 		return o.Timeout
 	}
-	// 10 VMIs/s: a realistic 10,000-VMI burst ran at 11–13 VMIs/s. A
-	// stalled run ends earlier anyway (Stall).
-	return 5*time.Minute + time.Duration(vmis)*100*time.Millisecond
+	// 10 VMIs/s: a realistic 10,000-VMI burst ran at 11–13 VMIs/s; an
+	// open-loop run lasts at least as long as its creations. A stalled run
+	// ends earlier anyway (Stall).
+	perVMI := 100 * time.Millisecond
+	if o.Rate > 0 {
+		perVMI = max(perVMI, time.Duration(float64(time.Second)/o.Rate))
+	}
+	return 5*time.Minute + time.Duration(vmis)*perVMI
 }
 
 // Series is the runs of one scenario and parameter point, and the median run.

@@ -3,6 +3,7 @@ package bench
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -15,7 +16,7 @@ func TestParse(t *testing.T) {
 		{"defaults are valid", nil, false, func(o *Options) bool {
 			return slices.Equal(o.Scenarios, []string{ScenarioThroughput}) && o.VMIs == 2000 && o.Replicas == 3
 		}},
-		{"a scenario brings its defaults", []string{"--scenario", "scale"}, false, func(o *Options) bool { return o.VMIs == 50000 && o.Replicas == 4 && o.Rate == 15 }},
+		{"a scenario brings its defaults", []string{"--scenario", "scale"}, false, func(o *Options) bool { return o.VMIs == 50000 && o.Replicas == 4 && o.Rate == 4 }},
 		{"latency runs at KubeVirt's job rate by default", []string{"--scenario", "latency"}, false, func(o *Options) bool { return o.Rate == 10 }},
 		{"flags win over scenario defaults", []string{"--scenario", "latency", "--rate", "0", "--vmis", "7"}, false,
 			func(o *Options) bool { return o.Rate == 0 && o.VMIs == 7 }},
@@ -49,5 +50,22 @@ func TestParse(t *testing.T) {
 				t.Errorf("Parse(%v) gave %+v", tt.args, o)
 			}
 		})
+	}
+}
+
+// An open-loop run is given at least the time its creations take.
+func TestTimeoutCoversTheCreations(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		want time.Duration
+	}{
+		{0, 5*time.Minute + 2000*100*time.Millisecond},
+		{10, 5*time.Minute + 2000*100*time.Millisecond},
+		{4, 5*time.Minute + 2000*250*time.Millisecond},
+	} {
+		o := &Options{Rate: tc.rate}
+		if got := o.timeout(2000); got != tc.want {
+			t.Errorf("rate %v: timeout %s, want %s", tc.rate, got, tc.want)
+		}
 	}
 }
