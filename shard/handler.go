@@ -68,9 +68,19 @@ func (h HandlerFuncs) Releasing(ctx context.Context, i int, reason Reason) {
 // heartbeating (Config.SuspectAfter). It must only read (start informers),
 // never act, and must not block. Unprepare is called a lease duration after
 // that stopped holding, if the range was not acquired meanwhile, and when
-// the member stops; Acquired of a prepared range uses what Prepare started. Prepare and Unprepare come from one goroutine and
-// never overlap Acquired or Releasing of the same range.
+// the member stops; Acquired of a prepared range uses what Prepare started.
+// Prepare and Unprepare come from one goroutine and never overlap Acquired
+// or Releasing of the same range.
+//
+// Keep is called just before Releasing of a range for ReasonExpiry: the
+// handler keeps the range's caches as if Prepare had started them, and
+// the member treats the range as prepared from then on. A tenure that
+// ends under load (renewals slower than the renew deadline) ends on every
+// range at once, and the member most likely takes them back as soon as
+// its next tenure begins: without Keep, each would be listed again, from
+// a server already too slow to answer a renewal.
 type Preparer interface {
 	Prepare(i int)
 	Unprepare(i int)
+	Keep(i int)
 }

@@ -86,6 +86,9 @@ type Manager struct {
 
 	mu   sync.Mutex
 	held map[int]*holding
+	// kept[i]: the Preparer kept range i's caches when its holding
+	// expired, and the reconcile loop has not yet counted them prepared.
+	kept []bool
 	// failures[i] counts Acquired failures in a row; range i is not tried
 	// again before retryAt[i], with exponential backoff.
 	failures []int
@@ -123,6 +126,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		active:       make([]atomic.Bool, n),
 		assignedAt:   make([]time.Time, n),
 		prepared:     make([]bool, n),
+		kept:         make([]bool, n),
 		keepPrepared: make([]time.Time, n),
 		held:         map[int]*holding{},
 		failures:     make([]int, n),
@@ -220,6 +224,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	stopClaim()
 	claim.Wait()
 	m.wg.Wait()
+	// A holding that expired while the claim loop stopped kept its caches
+	// after the loop's last unprepareAll.
+	m.unprepareAll()
 	// Every range is released (or given up): the tenure may end. The
 	// member Lease goes with the resourceVersion last written, so that a
 	// tenure someone else began meanwhile stays.
@@ -439,8 +446,16 @@ func (m *Manager) reconcile(ctx context.Context) (next time.Time) {
 		}
 		m.mu.Lock()
 		h := m.held[i]
+		kept := m.kept[i]
+		m.kept[i] = false
 		backingOff := now.Before(m.retryAt[i])
 		m.mu.Unlock()
+		if kept {
+			// Read with the holding, in one critical section: kept is set
+			// as the holding goes. Prepared, and wanted for a lease duration.
+			m.prepared[i] = true
+			m.keepPrepared[i] = now.Add(m.cfg.LeaseDuration)
+		}
 		// A range this member would get if the suspects died is claimed
 		// too: its lease is free only once its holder stopped renewing for
 		// a whole lease duration, and the leader's assignment, which waits
@@ -582,6 +597,14 @@ func (m *Manager) prepare(i int, held, wanted bool, now time.Time) {
 
 // unprepareAll drops every prepared range that is not held, at once.
 func (m *Manager) unprepareAll() {
+	m.mu.Lock()
+	for i, kept := range m.kept {
+		if kept {
+			m.kept[i] = false
+			m.prepared[i] = true
+		}
+	}
+	m.mu.Unlock()
 	for i := range m.keepPrepared {
 		m.keepPrepared[i] = time.Time{}
 		m.mu.Lock()
@@ -671,9 +694,13 @@ func (m *Manager) emit(e Event) {
 // hold runs one held range: Acquired, renewals, and the way out.
 func (m *Manager) hold(ctx context.Context, h *holding, assignedAt time.Time) {
 	logger := klog.FromContext(ctx).WithValues("range", h.i)
+	kept := false
 	defer func() {
 		m.mu.Lock()
+		// In the same critical section as the holding goes: the reconcile
+		// loop sees the range either held or kept.
 		delete(m.held, h.i)
+		m.kept[h.i] = kept
 		m.cfg.Metrics.setOwned(len(m.held))
 		m.mu.Unlock()
 		close(h.done)
@@ -736,6 +763,10 @@ loop:
 		}
 		m.heldGen[h.i].Store(0)
 		m.emit(Event{Member: m.cfg.Identity, Range: h.i, Type: EventReleased, Reason: ReasonExpiry, Time: fell})
+		if p, ok := m.cfg.Handler.(Preparer); ok {
+			p.Keep(h.i)
+			kept = true
+		}
 		m.cfg.Handler.Releasing(context.Background(), h.i, ReasonExpiry)
 		return
 	}

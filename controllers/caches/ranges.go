@@ -53,6 +53,8 @@ type Ranges struct {
 	// prepared are ranges whose informers run ahead of Acquired
 	// (shard.Preparer): the manager expects to be given them soon.
 	prepared []atomic.Pointer[Range]
+	// keep[i]: Keep asked that range i's caches outlive its release.
+	keep []atomic.Bool
 
 	vmiIndexers cache.Indexers
 	podIndexers cache.Indexers
@@ -113,6 +115,7 @@ func NewRanges(cfg Config) *Ranges {
 		cfg:            cfg,
 		held:           make([]atomic.Pointer[Range], count),
 		prepared:       make([]atomic.Pointer[Range], count),
+		keep:           make([]atomic.Bool, count),
 		vmiIndexers:    cache.Indexers{},
 		podIndexers:    cache.Indexers{byVMIUID: podVMIUID},
 		vmIndexers:     cache.Indexers{},
@@ -219,6 +222,10 @@ func (c *Ranges) Unprepare(i int) {
 	}
 }
 
+// Keep implements shard.Preparer: range i's release that follows leaves
+// its informers running, prepared, with a fresh overlay of own writes.
+func (c *Ranges) Keep(i int) { c.keep[i].Store(true) }
+
 // Acquired implements shard.Handler: start range i's informers unless
 // Prepare did, wait for them, then hand the range to every consumer.
 func (c *Ranges) Acquired(ctx context.Context, i int) error {
@@ -249,12 +256,24 @@ func (c *Ranges) Acquired(ctx context.Context, i int) error {
 }
 
 // Releasing implements shard.Handler: consumers stop acting on range i, in
-// reverse order, and then its informers stop.
+// reverse order, and then its informers stop, unless Keep asked to keep
+// them prepared.
 func (c *Ranges) Releasing(ctx context.Context, i int, reason shard.Reason) {
 	for k := len(c.consumers) - 1; k >= 0; k-- {
 		c.consumers[k].Releasing(ctx, i, reason)
 	}
-	if r := c.held[i].Swap(nil); r != nil {
+	r := c.held[i].Swap(nil)
+	switch {
+	case r == nil:
+		c.keep[i].Store(false)
+	case c.keep[i].Swap(false):
+		// No consumer reads the range any more: its overlay starts over,
+		// as a prepared range's does.
+		r.written = newWritten(c.cfg.Ranges, r)
+		if old := c.prepared[i].Swap(r); old != nil {
+			go old.stop()
+		}
+	default:
 		r.stop()
 	}
 }

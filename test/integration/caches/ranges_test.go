@@ -107,4 +107,35 @@ func TestPreparedCachesAreWhatAcquiredUses(t *testing.T) {
 		t.Errorf("Acquired(%d) after Unprepare reused dropped caches or none", j)
 	}
 	c.Releasing(ctx, j, shard.ReasonRelease)
+
+	// Kept at expiry, a held range's caches run on, prepared, and the next
+	// Acquired uses them; a release without Keep stops them.
+	if err := c.Acquired(ctx, i); err != nil {
+		t.Fatal(err)
+	}
+	held := c.Get(i)
+	c.Keep(i)
+	c.Releasing(ctx, i, shard.ReasonExpiry)
+	if c.Get(i) != nil || c.Prepared(i) != held {
+		t.Fatalf("range %d released after Keep: held %p, prepared %p, want its caches %p prepared", i, c.Get(i), c.Prepared(i), held)
+	}
+	if held.VMIs.Unlabelled.IsStopped() || held.Pods.IsStopped() {
+		t.Fatalf("informers of range %d stopped though kept", i)
+	}
+	if err := c.Acquired(ctx, i); err != nil {
+		t.Fatal(err)
+	}
+	if c.Get(i) != held {
+		t.Errorf("Acquired(%d) after Keep started new caches instead of the kept ones", i)
+	}
+	c.Releasing(ctx, i, shard.ReasonExpiry)
+	if c.Prepared(i) != nil {
+		t.Errorf("range %d's caches kept after a release without Keep", i)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return held.VMIs.Unlabelled.IsStopped() && held.Pods.IsStopped(), nil
+	})
+	if err != nil {
+		t.Errorf("informers of range %d still run after a release without Keep", i)
+	}
 }

@@ -78,7 +78,7 @@ type warming struct {
 type warmingCall struct {
 	member string
 	rng    int
-	kind   string // "prepare", "unprepare" or "acquired"
+	kind   string // "prepare", "unprepare", "keep" or "acquired"
 	at     time.Time
 }
 
@@ -111,6 +111,7 @@ type warmingHandler struct {
 
 func (h warmingHandler) Prepare(i int)   { h.log.add(h.member, i, "prepare") }
 func (h warmingHandler) Unprepare(i int) { h.log.add(h.member, i, "unprepare") }
+func (h warmingHandler) Keep(i int)      { h.log.add(h.member, i, "keep") }
 func (h warmingHandler) Acquired(_ context.Context, i int) error {
 	h.log.add(h.member, i, "acquired")
 	return nil
@@ -570,6 +571,37 @@ func TestRecoveredSuspectKeepsItsRanges(t *testing.T) {
 		t.Errorf("no member warmed any of %s's %d ranges while it missed its heartbeats", victim.id, len(mine))
 	}
 	t.Logf("%d of %s's %d ranges warmed by others while it was suspect", prepared, victim.id, len(mine))
+}
+
+// A member cut off past its renew deadline gives up every range, but keeps
+// their caches: when its next tenure takes them back, nothing is prepared
+// (listed) again, and what it kept is dropped once it holds them.
+func TestExpiredTenureKeepsItsCaches(t *testing.T) {
+	g := newGroup(t)
+	a := g.start("a")
+	before := g.waitConverged(30 * time.Second)
+	mine := heldBy(before, "a")
+
+	cut := time.Now()
+	a.cut.Store(true)
+	// The tenure ends at the first heartbeat after the renew deadline (7 s).
+	time.Sleep(shard.DefaultRenewDeadline + shard.DefaultRetryPeriod + 500*time.Millisecond)
+	a.cut.Store(false)
+	after := g.waitConverged(30 * time.Second)
+	g.waitNothingPrepared(30 * time.Second)
+
+	if !slices.Equal(heldBy(after, "a"), mine) {
+		t.Fatalf("a held %v before the cut and %v after", mine, heldBy(after, "a"))
+	}
+	for _, i := range mine {
+		var kinds []string
+		for _, c := range g.warming.of("a", i, cut) {
+			kinds = append(kinds, c.kind)
+		}
+		if !slices.Equal(kinds, []string{"keep", "acquired"}) {
+			t.Errorf("range %d after the cut: %v, want its caches kept and acquired again, never prepared", i, kinds)
+		}
+	}
 }
 
 // A member whose informers lag behind the server, as under load, still
