@@ -700,7 +700,9 @@ func (m *Manager) hold(ctx context.Context, h *holding, assignedAt time.Time) {
 		// In the same critical section as the holding goes: the reconcile
 		// loop sees the range either held or kept.
 		delete(m.held, h.i)
-		m.kept[h.i] = kept
+		if kept {
+			m.kept[h.i] = true
+		}
 		m.cfg.Metrics.setOwned(len(m.held))
 		m.mu.Unlock()
 		close(h.done)

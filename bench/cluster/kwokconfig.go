@@ -10,10 +10,11 @@ import (
 // podPlayStageParallelism is how many pod Stages kwok plays at once (its
 // default is 4). Each play is a status patch that waits for the API server,
 // so kwok's pace is this many over the server's latency: in a 50,000-VMI
-// run creating 15 VMIs a second, 4 workers made about 5 launcher pods a
-// second Running while bound pods piled up Pending, and kwok used a sixth
-// of a core. Below the API server's own limit, the cluster's node side must
-// not be what a bench measures.
+// run creating 15 VMIs a second, 4 workers made 5–6 launcher pods a second
+// Running while bound pods piled up Pending, and kwok used a sixth of a
+// core. With 16 that run kept the same pace, set by the saturated API
+// server; below the server's limit, kwok's 4 workers must not be what a
+// bench measures.
 const podPlayStageParallelism = 16
 
 // kwokConfig is the kwok-controller's configuration (KwokConfiguration);
