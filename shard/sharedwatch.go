@@ -468,11 +468,11 @@ func (w *SharedWatch) handOutLocked(ev watch.Event, g guard) {
 		w.logger.Error(err, "Shared watch event without metadata dropped", "type", ev.Type)
 		return
 	}
-	defer func() {
-		if rv := accessor.GetResourceVersion(); rv != "" {
-			w.rv = rv
-		}
-	}()
+	// Read before the event is handed out: the informer that takes it
+	// transforms the object (TrimForCache) in its own goroutine.
+	if rv := accessor.GetResourceVersion(); rv != "" {
+		defer func() { w.rv = rv }()
+	}
 	if ev.Type == watch.Bookmark {
 		for _, sub := range w.subs {
 			sub.send(watch.Event{Type: watch.Bookmark, Object: ev.Object.DeepCopyObject()})
