@@ -752,11 +752,16 @@ loop:
 	if acquired != nil {
 		<-acquired // Acquired must return once its context is done
 	}
+	deadline, standing := m.fenceOf(h.tenure.gen)
+	if !standing {
+		// Whatever asked for the release, the tenure fell first: the
+		// range is given up for expiry.
+		reason = ReasonExpiry
+	}
 	m.cfg.Metrics.handoff(reason)
 	logger.V(2).Info("Stopping work on range", "reason", reason)
 
-	deadline, standing := m.fenceOf(h.tenure.gen)
-	if reason == ReasonExpiry || !standing {
+	if reason == ReasonExpiry {
 		// Holds has been false since the fence fell (at the latest now):
 		// that is when ownership ended.
 		fell := m.cfg.Clock.Now()

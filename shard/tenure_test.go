@@ -3,9 +3,12 @@ package shard
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -257,3 +260,51 @@ func TestANewProcessWaitsOutItsPredecessorsTenure(t *testing.T) {
 		t.Errorf("tenure %+v once the predecessor's expired, want a new one on the Lease", tn)
 	}
 }
+
+// A member frozen past its renew deadline wakes up to a rebalance of a
+// range it held (the assignment's watch event) before its heartbeat ends
+// the tenure: the range was lost to expiry, whatever asked for its release,
+// and it is given up as such (no flush, caches kept, counted as expiry).
+func TestARangeReleasedAfterItsTenureFellIsGivenUpForExpiry(t *testing.T) {
+	f := newTenureFixture(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	f.m.cfg.Metrics = NewMetrics(reg)
+	var calls []string
+	f.m.cfg.Handler = keepRecorder{&calls}
+	if err := f.m.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.m.startHolding(ctx, 1, f.lease(t, "virtshard-range-1", "me", f.m.tenure.Load().id, "10"), f.m.tenure.Load())
+	f.m.mu.Lock()
+	h := f.m.held[1]
+	f.m.mu.Unlock()
+
+	f.clock.Step(f.m.cfg.RenewDeadline)
+	h.requestRelease(ReasonRebalance)
+	<-h.done
+
+	if want := []string{"acquired", "keep", "releasing expiry"}; !slices.Equal(calls, want) {
+		t.Errorf("handler calls %v, want %v", calls, want)
+	}
+	if n := testutil.ToFloat64(f.m.cfg.Metrics.handoffs.WithLabelValues(string(ReasonExpiry))); n != 1 {
+		t.Errorf("%v handoffs counted for expiry, want 1", n)
+	}
+	if n := testutil.ToFloat64(f.m.cfg.Metrics.handoffs.WithLabelValues(string(ReasonRebalance))); n != 0 {
+		t.Errorf("%v handoffs counted for rebalance, want 0", n)
+	}
+}
+
+// keepRecorder records a Preparer's calls in order.
+type keepRecorder struct{ calls *[]string }
+
+func (r keepRecorder) Acquired(context.Context, int) error {
+	*r.calls = append(*r.calls, "acquired")
+	return nil
+}
+func (r keepRecorder) Releasing(_ context.Context, _ int, reason Reason) {
+	*r.calls = append(*r.calls, "releasing "+string(reason))
+}
+func (r keepRecorder) Prepare(int)   { *r.calls = append(*r.calls, "prepare") }
+func (r keepRecorder) Unprepare(int) { *r.calls = append(*r.calls, "unprepare") }
+func (r keepRecorder) Keep(int)      { *r.calls = append(*r.calls, "keep") }
