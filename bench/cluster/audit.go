@@ -54,11 +54,8 @@ rules:
 // rotation (at the default 100 MB a 20,000-VMI chaos run lost its first
 // part to a rotated file).
 func (o Options) auditArgs() ([]string, error) {
-	policy := filepath.Join(o.Workdir(), "audit-policy.yaml")
-	if err := os.MkdirAll(o.Workdir(), 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+	policy, err := o.writeWorkfile("audit-policy.yaml", auditPolicy)
+	if err != nil {
 		return nil, err
 	}
 	return []string{"--kube-audit-policy", policy, "--extra-args", "kube-apiserver=audit-log-maxsize=0"}, nil
@@ -92,14 +89,10 @@ func (o Options) OpenAuditLog(from int64) (*os.File, error) {
 	return f, nil
 }
 
-// audited reports whether the running cluster was created with the audit
-// policy (clusters created before it was added were not).
-func (o Options) audited() bool {
-	args, err := o.apiserverArgs()
-	if err != nil {
-		return false
-	}
-	for _, a := range args {
+// audited reports whether a cluster's kube-apiserver arguments have the
+// audit policy (clusters created before it was added do not).
+func audited(apiserverArgs []string) bool {
+	for _, a := range apiserverArgs {
 		if strings.HasPrefix(a, "--audit-policy-file=") {
 			return true
 		}

@@ -109,12 +109,8 @@ func upLocked(ctx context.Context, opts Options) (started bool, err error) {
 		return false, err
 	}
 	healthy := opts.healthy(ctx)
-	if healthy && !opts.audited() {
-		logger.Info("Recreating the local cluster: it was created without the audit policy", "name", opts.Name)
-		healthy = false
-	}
-	if healthy && !opts.kwokConfigured() {
-		logger.Info("Recreating the local cluster: it was created without kwok's configuration", "name", opts.Name)
+	if why := opts.outdated(); healthy && why != "" {
+		logger.Info("Recreating the local cluster: "+why, "name", opts.Name)
 		healthy = false
 	}
 	if !healthy {
@@ -251,11 +247,11 @@ func (o Options) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kwokConfig, err := o.kwokConfigArgs()
+	kwokConfig, err := o.writeWorkfile("kwok-config.yaml", kwokConfig)
 	if err != nil {
 		return err
 	}
-	args = append(append(args, audit...), kwokConfig...)
+	args = append(append(args, audit...), "--config", kwokConfig)
 	if err := o.kwokctl(ctx, args...); err != nil {
 		return err
 	}
@@ -263,6 +259,41 @@ func (o Options) create(ctx context.Context) error {
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		return o.healthy(ctx), nil
 	})
+}
+
+// writeWorkfile writes data to the file name in the workdir and returns
+// its path.
+func (o Options) writeWorkfile(name, data string) (string, error) {
+	path := filepath.Join(o.Workdir(), name)
+	if err := os.MkdirAll(o.Workdir(), 0o755); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, []byte(data), 0o644)
+}
+
+// savedConfigPath is where kwokctl saved the running cluster's
+// configuration (its components' arguments, kwok's own configuration).
+func (o Options) savedConfigPath() string {
+	return filepath.Join(o.Workdir(), "clusters", o.Name, "kwok.yaml")
+}
+
+// outdated says why the running cluster was created by an older virtshard
+// and must be created again ("" if it is current).
+func (o Options) outdated() string {
+	saved, err := os.ReadFile(o.savedConfigPath())
+	if err != nil {
+		return "its saved configuration does not read: " + err.Error()
+	}
+	args, err := apiserverArgsOf(saved)
+	switch {
+	case err != nil:
+		return err.Error()
+	case !audited(args):
+		return "it was created without the audit policy"
+	case !kwokConfigured(saved):
+		return "it was created without kwok's configuration"
+	}
+	return ""
 }
 
 // install applies the KubeVirt CRDs and the kwok Stages: kwok's default node

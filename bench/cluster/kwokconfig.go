@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -39,21 +37,8 @@ options:
   enablePodsOnNodeSyncStreamWatch: false
 `
 
-// kwokConfigArgs writes kwokConfig and returns kwokctl's flag for it.
-func (o Options) kwokConfigArgs() ([]string, error) {
-	path := filepath.Join(o.Workdir(), "kwok-config.yaml")
-	if err := os.MkdirAll(o.Workdir(), 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, []byte(kwokConfig), 0o644); err != nil {
-		return nil, err
-	}
-	return []string{"--config", path}, nil
-}
-
-// kwokConfigured reports whether the running cluster's kwok has
+// kwokConfigured reports whether a cluster's saved kwok.yaml has
 // kwokConfig (clusters created before it was added have kwok's defaults).
-func (o Options) kwokConfigured() bool {
-	data, err := os.ReadFile(filepath.Join(o.Workdir(), "clusters", o.Name, "kwok.yaml"))
-	return err == nil && strings.Contains(string(data), "podPlayStageParallelism: "+strconv.Itoa(podPlayStageParallelism))
+func kwokConfigured(saved []byte) bool {
+	return strings.Contains(string(saved), "podPlayStageParallelism: "+strconv.Itoa(podPlayStageParallelism))
 }

@@ -3,37 +3,39 @@ package cluster
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
-// A cluster is recreated unless kwokctl saved kwokConfig into its kwok.yaml.
-func TestKwokConfiguredReadsTheSavedConfiguration(t *testing.T) {
+// A cluster is recreated unless kwokctl saved both the audit policy and
+// kwokConfig into its kwok.yaml.
+func TestOutdatedReadsTheSavedConfiguration(t *testing.T) {
 	o := Options{Root: t.TempDir(), Name: "test"}
-	if o.kwokConfigured() {
-		t.Error("a cluster without kwok.yaml counts as configured")
+	if o.outdated() == "" {
+		t.Error("a cluster without kwok.yaml counts as current")
 	}
-	dir := filepath.Join(o.Workdir(), "clusters", o.Name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(o.savedConfigPath()), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	const (
+		unaudited = "kind: KwokctlConfiguration\ncomponents:\n- name: kube-apiserver\n  args: [--etcd-prefix=/registry]\n"
+		audited   = "kind: KwokctlConfiguration\ncomponents:\n- name: kube-apiserver\n  args: [--audit-policy-file=/p.yaml]\n"
+	)
 	for _, tc := range []struct {
-		name  string
-		saved string
-		want  bool
+		name    string
+		saved   string
+		current bool
 	}{
-		{"kwok's defaults", "kind: KwokctlConfiguration\n", false},
-		{"another parallelism", "kind: KwokConfiguration\noptions:\n  podPlayStageParallelism: 4\n", false},
-		{"ours", "kind: KwokctlConfiguration\n---\n" + kwokConfig, true},
+		{"no API server", "kind: KwokctlConfiguration\n", false},
+		{"no audit policy", unaudited + "---\n" + kwokConfig, false},
+		{"kwok's defaults", audited, false},
+		{"another parallelism", audited + "---\nkind: KwokConfiguration\noptions:\n  podPlayStageParallelism: 4\n", false},
+		{"ours", audited + "---\n" + kwokConfig, true},
 	} {
-		if err := os.WriteFile(filepath.Join(dir, "kwok.yaml"), []byte(tc.saved), 0o644); err != nil {
+		if err := os.WriteFile(o.savedConfigPath(), []byte(tc.saved), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if got := o.kwokConfigured(); got != tc.want {
-			t.Errorf("%s: configured %v, want %v", tc.name, got, tc.want)
+		if why := o.outdated(); (why == "") != tc.current {
+			t.Errorf("%s: outdated %q, want current %v", tc.name, why, tc.current)
 		}
-	}
-	if !strings.Contains(kwokConfig, "nodeLeaseParallelism: 4") {
-		t.Error("kwokConfig leaves out kwok's default node lease parallelism, which kwok then takes as 0 and fails")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -107,17 +106,23 @@ func (s *UnshardedAPIServer) Stop() {
 
 // apiserverArgs reads the running cluster's kube-apiserver arguments.
 func (o Options) apiserverArgs() ([]string, error) {
-	data, err := os.ReadFile(filepath.Join(o.Workdir(), "clusters", o.Name, "kwok.yaml"))
+	saved, err := os.ReadFile(o.savedConfigPath())
 	if err != nil {
 		return nil, err
 	}
+	return apiserverArgsOf(saved)
+}
+
+// apiserverArgsOf returns the kube-apiserver arguments in kwokctl's saved
+// configuration.
+func apiserverArgsOf(saved []byte) ([]string, error) {
 	var config struct {
 		Components []struct {
 			Name string   `json:"name"`
 			Args []string `json:"args"`
 		} `json:"components"`
 	}
-	if err := yaml.Unmarshal(data, &config); err != nil {
+	if err := yaml.Unmarshal(saved, &config); err != nil {
 		return nil, fmt.Errorf("parse kwok.yaml: %w", err)
 	}
 	for _, c := range config.Components {
