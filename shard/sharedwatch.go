@@ -85,12 +85,13 @@ func NewSharedWatch(lw cache.ListerWatcher, count int, by func(Set) Selection, r
 		subs: map[int]*subscription{}, owner: map[string]int{}}
 }
 
-// NewInformer returns range i's informer, trimmed by TrimForCache. Start
+// NewInformer returns range i's informer, whose cache keeps what trim
+// returns of each object (TrimForCache, or a resource's own trim). Start
 // it when the range is acquired (or prepared) and stop it when it is
 // released.
-func (w *SharedWatch) NewInformer(i int, example runtime.Object, indexers cache.Indexers) (cache.SharedIndexInformer, error) {
+func (w *SharedWatch) NewInformer(i int, example runtime.Object, indexers cache.Indexers, trim cache.TransformFunc) (cache.SharedIndexInformer, error) {
 	informer := cache.NewSharedIndexInformer(&rangeListWatch{w: w, i: i, example: example}, example, 0, indexers)
-	if err := informer.SetTransform(TrimForCache); err != nil {
+	if err := informer.SetTransform(trim); err != nil {
 		return nil, err
 	}
 	return informer, nil

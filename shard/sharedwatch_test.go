@@ -202,7 +202,7 @@ func newSharedFixture(t *testing.T) *sharedFixture {
 // start starts range i's informer and waits until it synced.
 func (f *sharedFixture) start(i int) {
 	f.t.Helper()
-	inf, err := f.shared.NewInformer(i, &corev1.Pod{}, cache.Indexers{})
+	inf, err := f.shared.NewInformer(i, &corev1.Pod{}, cache.Indexers{}, TrimForCache)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestSharedWatchSubscribesConcurrentRanges(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for i := range 4 {
-		inf, err := f.shared.NewInformer(i, &corev1.Pod{}, cache.Indexers{})
+		inf, err := f.shared.NewInformer(i, &corev1.Pod{}, cache.Indexers{}, TrimForCache)
 		if err != nil {
 			t.Fatal(err)
 		}

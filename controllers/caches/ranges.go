@@ -69,7 +69,8 @@ type Ranges struct {
 type Range struct {
 	Index int
 	VMIs  VMIs
-	// Pods are the launcher pods of the range's VMIs, by range label.
+	// Pods are the launcher pods of the range's VMIs, by range label,
+	// trimmed by TrimPod: partial objects, never to be sent back whole.
 	Pods cache.SharedIndexInformer
 	// VMs are the VirtualMachines whose key hashes into the range.
 	VMs cache.SharedIndexInformer
@@ -290,15 +291,16 @@ func (c *Ranges) start(i int) (*Range, error) {
 		watch    *shard.SharedWatch
 		example  runtime.Object
 		indexers cache.Indexers
+		trim     cache.TransformFunc
 	}{
-		{&r.VMIs.Unlabelled, c.unlabelledVMIs, &virtv1.VirtualMachineInstance{}, c.vmiIndexers},
-		{&r.VMIs.Labelled, c.labelledVMIs, &virtv1.VirtualMachineInstance{}, c.vmiIndexers},
-		{&r.Pods, c.pods, &corev1.Pod{}, c.podIndexers},
-		{&r.VMs, c.vms, &virtv1.VirtualMachine{}, c.vmIndexers},
+		{&r.VMIs.Unlabelled, c.unlabelledVMIs, &virtv1.VirtualMachineInstance{}, c.vmiIndexers, shard.TrimForCache},
+		{&r.VMIs.Labelled, c.labelledVMIs, &virtv1.VirtualMachineInstance{}, c.vmiIndexers, shard.TrimForCache},
+		{&r.Pods, c.pods, &corev1.Pod{}, c.podIndexers, TrimPod},
+		{&r.VMs, c.vms, &virtv1.VirtualMachine{}, c.vmIndexers, shard.TrimForCache},
 	}
 	for _, inf := range informers {
 		var err error
-		if *inf.into, err = inf.watch.NewInformer(i, inf.example, inf.indexers); err != nil {
+		if *inf.into, err = inf.watch.NewInformer(i, inf.example, inf.indexers, inf.trim); err != nil {
 			return nil, err
 		}
 	}

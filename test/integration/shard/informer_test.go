@@ -169,7 +169,7 @@ func TestShardedInformerHoldsExactlyTheOwnedObjects(t *testing.T) {
 				shared := shard.NewSharedWatch(tc.lw(cfg, ns), 8, by, tc.resource, metrics)
 				informers := map[int]cache.SharedIndexInformer{}
 				for _, i := range owned.List() {
-					informer, err := shared.NewInformer(i, tc.object, cache.Indexers{})
+					informer, err := shared.NewInformer(i, tc.object, cache.Indexers{}, shard.TrimForCache)
 					if err != nil {
 						t.Fatal(err)
 					}
