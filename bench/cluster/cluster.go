@@ -247,11 +247,11 @@ func (o Options) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kwokConfig, err := o.writeWorkfile("kwok-config.yaml", kwokConfig)
+	kwokConfigFile, err := o.writeWorkfile("kwok-config.yaml", kwokConfig)
 	if err != nil {
 		return err
 	}
-	args = append(append(args, audit...), "--config", kwokConfig)
+	args = append(append(args, audit...), "--config", kwokConfigFile)
 	if err := o.kwokctl(ctx, args...); err != nil {
 		return err
 	}
