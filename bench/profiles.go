@@ -102,7 +102,9 @@ func (p *profiles) heap(ctx context.Context, live []*replicas.Replica) (missing 
 	}
 	for _, r := range live {
 		fetch, cancel := context.WithTimeout(ctx, 10*time.Second)
-		raw, err := r.Get(fetch, "/debug/pprof/heap")
+		// After a collection: otherwise the profile is the heap as of the
+		// last one, garbage that has not been collected yet included.
+		raw, err := r.Get(fetch, "/debug/pprof/heap?gc=1")
 		cancel()
 		if err != nil {
 			missing = append(missing, r.ID)
