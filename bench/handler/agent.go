@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/shard"
 )
 
 // Indexes of a node's launcher pods: by the UID of their VMI, and by
@@ -43,7 +45,9 @@ func (h *Handler) newAgent(node string) (*agent, error) {
 		selector := label + "=" + node
 		vmis := kv.VirtualMachineInstances(metav1.NamespaceAll)
 		lw := listWatch(func(o *metav1.ListOptions) { o.LabelSelector = selector }, vmis.List, vmis.Watch)
-		return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, kv), &virtv1.VirtualMachineInstance{}, 0, cache.Indexers{})
+		informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, kv), &virtv1.VirtualMachineInstance{}, 0, cache.Indexers{})
+		_ = informer.SetTransform(shard.TrimForCache) // fails only on a started informer
+		return informer
 	}
 	pods := kube.CoreV1().Pods(metav1.NamespaceAll)
 	podSelector := fields.OneTermEqualSelector("spec.nodeName", node).String()
@@ -71,6 +75,9 @@ func (h *Handler) newAgent(node string) (*agent, error) {
 			}),
 		recorder: h.recorder(node),
 	}
+	// Managed fields are most of a launcher pod's bytes and nothing here
+	// reads them; an update without them keeps the server's.
+	_ = a.pods.SetTransform(shard.TrimForCache)
 	enqueueVMI := func(obj any) {
 		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			h.queue.Add(key{node: node, vmi: k})
