@@ -32,6 +32,8 @@ func TestParse(t *testing.T) {
 			func(o *Options) bool { return slices.Equal(o.Concurrency, []int{1, 5, 20}) }},
 		{"an unknown scenario is refused", []string{"--scenario", "nope"}, true, nil},
 		{"an unknown output is refused", []string{"--output", "xml"}, true, nil},
+		{"a negative memory floor is refused", []string{"--memory-floor", "-1"}, true, nil},
+		{"the memory floor can be turned off", []string{"--memory-floor", "0"}, false, func(o *Options) bool { return o.MemoryFloorMiB == 0 }},
 		{"a zero concurrency is refused", []string{"--concurrency", "0"}, true, nil},
 		{"a non-number concurrency is refused", []string{"--concurrency", "a,b"}, true, nil},
 		{"zero objects are refused", []string{"--count", "0"}, true, nil},

@@ -38,6 +38,10 @@ type flowOptions struct {
 	// Ranges, when set, is asked every second how many ranges the replicas
 	// act on (into the timeline) and for the progress line's shard map.
 	Ranges func(context.Context) (active int, line string)
+	// MemoryFloor, when set, ends the flow, creation and all, once
+	// Available (the machine's available memory) reads below it.
+	MemoryFloor int64
+	Available   func() (int64, error)
 }
 
 // Sample is the flow's state at one second of the run.
@@ -64,6 +68,7 @@ type flow struct {
 	scheduled map[string]time.Time
 	running   map[string]time.Time
 	samples   []Sample
+	stopped   string
 }
 
 // flowResult is what a flow measured.
@@ -85,6 +90,9 @@ type flowResult struct {
 	// RunningAt is when the watch saw each VMI Running, by name.
 	RunningAt map[string]time.Time
 	SentAt    map[string]time.Time
+	// Stopped says why the flow ended before its VMIs were all created and
+	// Running, when it was stopped for memory.
+	Stopped string
 }
 
 func newFlow(kv *kubevirt.Clientset, opts flowOptions) *flow {
@@ -161,9 +169,11 @@ func (f *flow) run(ctx context.Context) (*flowResult, error) {
 	}
 
 	f.start = time.Now()
+	creation, stopCreating := context.WithCancel(ctx)
+	defer stopCreating()
 	createErr := make(chan error, 1)
 	go func() {
-		createErr <- workload.Create(ctx, f.kv, workload.Options{
+		createErr <- workload.Create(creation, f.kv, workload.Options{
 			Namespace: f.opts.Namespace, Count: f.opts.Count, Concurrency: f.opts.Creators, Rate: f.opts.Rate, Prefix: f.opts.Prefix,
 			Spread: f.opts.Spread,
 			Sent: func(name string, at time.Time) {
@@ -209,6 +219,13 @@ func (f *flow) run(ctx context.Context) (*flowResult, error) {
 			}
 			fmt.Fprintln(f.opts.Progress, line)
 		}
+		if reason := f.memoryShort(); reason != "" {
+			stopCreating()
+			f.mu.Lock()
+			f.stopped = reason
+			f.mu.Unlock()
+			return f.result(context.WithoutCancel(ctx))
+		}
 		switch {
 		case running >= f.opts.Count, ctx.Err() != nil:
 			return f.result(context.WithoutCancel(ctx))
@@ -216,6 +233,20 @@ func (f *flow) run(ctx context.Context) (*flowResult, error) {
 			return f.result(context.WithoutCancel(ctx))
 		}
 	}
+}
+
+// memoryShort says why the flow must stop for memory, or "" if it need not
+// (or cannot tell).
+func (f *flow) memoryShort() string {
+	if f.opts.MemoryFloor <= 0 || f.opts.Available == nil {
+		return ""
+	}
+	available, err := f.opts.Available()
+	if err != nil || available >= f.opts.MemoryFloor {
+		return ""
+	}
+	return fmt.Sprintf("stopped at %d VMIs created: the machine's available memory fell to %d MiB, below the bench's floor of %d MiB (--memory-floor)",
+		f.created.Load(), available>>20, f.opts.MemoryFloor>>20)
 }
 
 // waitRunning blocks until n of the flow's VMIs are Running or ctx ends.
@@ -236,7 +267,7 @@ func (f *flow) result(ctx context.Context) (*flowResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	res := &flowResult{Start: f.start, Created: int(f.created.Load()), Running: len(f.running),
-		Samples: slices.Clone(f.samples), RunningAt: f.running, SentAt: f.sent}
+		Samples: slices.Clone(f.samples), RunningAt: f.running, SentAt: f.sent, Stopped: f.stopped}
 	var last time.Time
 	for name, at := range f.running {
 		if at.After(last) {

@@ -26,6 +26,9 @@ type Report struct {
 	DurationSeconds       float64 `json:"durationSeconds"`
 	VMIsPerSecond         float64 `json:"vmisPerSecond"`
 
+	// Stopped says why the run ended early (the machine's memory ran low).
+	Stopped string `json:"stopped,omitempty"`
+
 	// ScheduledPerSecond and RunningPerSecond are the VMIs handed off
 	// (phase Scheduled) and Running, each divided by the time from the
 	// first create to the last of them seen so.
@@ -185,6 +188,9 @@ func (r *Report) writeText(out io.Writer) {
 	}
 	fmt.Fprintf(out, "%s: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s (to Scheduled: %.1f VMIs/s); %d stuck, %d duplicate launcher pods\n",
 		r.Scenario, r.VMIs, r.Replicas, r.Running, r.DurationSeconds, r.VMIsPerSecond, r.ScheduledPerSecond, r.Stuck, r.DuplicateLauncherPods)
+	if r.Stopped != "" {
+		fmt.Fprintf(out, "%s\n", r.Stopped)
+	}
 	fmt.Fprintf(out, "latency create→Running p50/p95/p99 observed by the bench %s (from the API's whole-second timestamps %s, to Scheduled %s)\n",
 		r.ObservedLatencySeconds, r.LatencySeconds, r.HandoffLatencySeconds)
 	for _, l := range r.LatencyRuns {

@@ -62,3 +62,38 @@ func TestWritesGoalCountsTheReadinessGatePatch(t *testing.T) {
 		t.Errorf("goal %+v, want met at 2.50 with a kubelet", g)
 	}
 }
+
+func TestAScaleRunStoppedForMemoryMissesItsGoal(t *testing.T) {
+	r := &Report{Scenario: ScenarioScale, VMIs: 50000, Replicas: 4, Running: 20000, FirstTenthVMIsPerSecond: 8, LastTenthVMIsPerSecond: 8}
+	stopped := "stopped at 20000 VMIs created: the machine's available memory fell to 900 MiB"
+	for _, tc := range []struct {
+		stopped string
+		want    bool
+	}{{"", true}, {stopped, false}} {
+		r.Stopped = tc.stopped
+		gs := goals([]*Report{r})
+		if len(gs) != 1 {
+			t.Fatalf("goals %+v, want the scale goal alone", gs)
+		}
+		if gs[0].met != tc.want || !strings.HasPrefix(gs[0].measured, tc.stopped) {
+			t.Errorf("stopped %q: goal %+v, want met %v and the reason first", tc.stopped, gs[0], tc.want)
+		}
+	}
+}
+
+func TestFlowStopsBelowTheMemoryFloor(t *testing.T) {
+	available := int64(2 << 30)
+	f := newFlow(nil, flowOptions{MemoryFloor: 1 << 30, Available: func() (int64, error) { return available, nil }})
+	f.created.Store(123)
+	if reason := f.memoryShort(); reason != "" {
+		t.Errorf("2 GiB available over a 1 GiB floor: stopped for %q", reason)
+	}
+	available = 900 << 20
+	if reason := f.memoryShort(); !strings.Contains(reason, "123 VMIs created") || !strings.Contains(reason, "900 MiB") {
+		t.Errorf("900 MiB available under a 1 GiB floor: reason %q, want the VMIs created and the memory left", reason)
+	}
+	f.opts.MemoryFloor = 0
+	if reason := f.memoryShort(); reason != "" {
+		t.Errorf("no floor: stopped for %q", reason)
+	}
+}

@@ -346,7 +346,8 @@ func cpuDelta(before, after map[string]float64) map[string]float64 {
 func (r *vmiRun) newFlow(prefix string, count int, rate float64) *flow {
 	return newFlow(r.kv, flowOptions{Namespace: r.ns, Prefix: prefix, Count: count, Creators: r.o.Creators, Rate: rate,
 		Spread:  r.scenario == ScenarioMigrations,
-		Timeout: r.o.timeout(count), Stall: 2 * time.Minute, Progress: r.progress, Ranges: r.ctrl.activeRanges})
+		Timeout: r.o.timeout(count), Stall: 2 * time.Minute, Progress: r.progress, Ranges: r.ctrl.activeRanges,
+		MemoryFloor: int64(r.o.MemoryFloorMiB) << 20, Available: proc.AvailableMemoryBytes})
 }
 
 // measured is a flow run with the API server's and the replicas' counters
@@ -382,6 +383,7 @@ func (r *vmiRun) report(ctx context.Context, m *measured, created int) (*Report,
 	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Rate: r.rate, Machine: r.machine(),
 		Running: m.Running, Stuck: r.vmis - m.Running, DurationSeconds: m.Duration.Seconds(),
 		LatencySeconds: percentiles(m.Latency), LatencyVMIs: len(m.Latency), HandoffLatencySeconds: percentiles(m.Handoff), ObservedLatencySeconds: percentiles(m.Observed),
+		Stopped:               m.Stopped,
 		AllClientWritesPerVMI: m.server.writes / float64(r.vmis), TerminatedWatchers: m.server.terminatedWatchers, ClusterCPUSeconds: m.clusterCPU, Timeline: m.Samples,
 		WritesPerVMI: WritesPerVMI{ByVerbResource: map[string]float64{}}}
 	if m.Duration > 0 {

@@ -179,6 +179,14 @@ func find(reports []*Report, scenario string, replicas int) *Report {
 	return best
 }
 
+// stoppedFirst puts why run r ended early, if it did, before its figures.
+func stoppedFirst(r *Report, figures string) string {
+	if r.Stopped == "" {
+		return figures
+	}
+	return r.Stopped + "; " + figures
+}
+
 // goal is one "done when" line of the bench, judged on measured figures.
 type goal struct {
 	name, target, measured string
@@ -191,10 +199,10 @@ func goals(reports []*Report) []goal {
 	var out []goal
 	if r := find(reports, ScenarioScale, 4); r != nil && r.VMIs >= 50000 {
 		out = append(out, goal{"scale: all Running at 50,000 VMIs, 4 replicas", "0 stuck, 0 duplicates, last tenth ≥ 0.8 × first tenth",
-			fmt.Sprintf("%d Running, %d stuck, %d duplicates; VMIs/s by tenth of the VMIs to Running: %s (last/first %.2f); to Scheduled: %s",
+			stoppedFirst(r, fmt.Sprintf("%d Running, %d stuck, %d duplicates; VMIs/s by tenth of the VMIs to Running: %s (last/first %.2f); to Scheduled: %s",
 				r.Running, r.Stuck, r.DuplicateLauncherPods, formatRates(r.VMIsPerSecondByTenth),
-				r.LastTenthVMIsPerSecond/r.FirstTenthVMIsPerSecond, formatRates(r.ScheduledPerSecondByTenth)),
-			r.Stuck == 0 && r.DuplicateLauncherPods == 0 && r.LastTenthVMIsPerSecond >= 0.8*r.FirstTenthVMIsPerSecond})
+				r.LastTenthVMIsPerSecond/r.FirstTenthVMIsPerSecond, formatRates(r.ScheduledPerSecondByTenth))),
+			r.Stopped == "" && r.Stuck == 0 && r.DuplicateLauncherPods == 0 && r.LastTenthVMIsPerSecond >= 0.8*r.FirstTenthVMIsPerSecond})
 	}
 	if r := find(reports, ScenarioThroughput, 3); r != nil {
 		out = append(out, writesGoal(r))

@@ -1,4 +1,5 @@
-// Package proc reads a local process's CPU time and peak memory from /proc,
+// Package proc reads a local process's CPU time and peak memory, and the
+// machine's available memory, from /proc,
 // so the bench measures replicas and the cluster's components alike, even a
 // process that no longer answers on its metrics port; and it has what
 // starting one needs: a free loopback address, the tail of its log.
@@ -59,19 +60,30 @@ func CPUSeconds(pid int) (float64, error) {
 
 // PeakRSSBytes is the peak resident set size of pid (VmHWM).
 func PeakRSSBytes(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	return kilobytesField(fmt.Sprintf("/proc/%d/status", pid), "VmHWM")
+}
+
+// AvailableMemoryBytes is the machine's memory available for new work
+// without swapping (MemAvailable): what a load test must leave room in.
+func AvailableMemoryBytes() (int64, error) {
+	return kilobytesField("/proc/meminfo", "MemAvailable")
+}
+
+// kilobytesField reads the field "name:  N kB" of a /proc file, in bytes.
+func kilobytesField(path, name string) (int64, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
 	scanner := bufio.NewScanner(f)
 	for scanner.Scan() {
-		if rest, ok := strings.CutPrefix(scanner.Text(), "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(scanner.Text(), name+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in %s", name, path)
 }
 
 // LogTail returns the last 2,000 bytes of what a process logged to path

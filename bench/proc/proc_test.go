@@ -93,3 +93,30 @@ func TestLogTailKeepsTheEndAfterOffset(t *testing.T) {
 		t.Errorf("an offset past the end gave %q", got)
 	}
 }
+
+func TestAvailableMemoryIsPartOfTheMachines(t *testing.T) {
+	available, err := AvailableMemoryBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, err := kilobytesField("/proc/meminfo", "MemTotal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if available <= 0 || available > total {
+		t.Errorf("available memory %d bytes, not within the machine's %d", available, total)
+	}
+}
+
+func TestKilobytesFieldNamesWhatIsMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "meminfo")
+	if err := os.WriteFile(path, []byte("MemTotal:       24683548 kB\nMemAvailableX:  1 kB\nMemAvailable:    2048 kB\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := kilobytesField(path, "MemAvailable"); err != nil || got != 2048<<10 {
+		t.Errorf("MemAvailable = %d, %v; want %d", got, err, 2048<<10)
+	}
+	if _, err := kilobytesField(path, "SwapFree"); err == nil || !strings.Contains(err.Error(), "SwapFree") {
+		t.Errorf("a missing field gave %v, want an error naming it", err)
+	}
+}
