@@ -153,11 +153,14 @@ func logLeaseWrites(t *testing.T, opts cluster.Options, from int64, ns string, v
 
 func waitRunning(t *testing.T, kv *kubevirt.Clientset, ns string, n int) {
 	t.Helper()
+	var phases map[virtv1.VirtualMachineInstancePhase]int
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		phases, err := workload.Phases(ctx, kv, ns)
+		var err error
+		phases, err = workload.Phases(ctx, kv, ns)
 		return err == nil && phases[virtv1.Running] >= n, nil
 	})
 	if err != nil {
-		t.Fatalf("fewer than %d VMIs Running", n)
+		// The phases tell a slow run from VMIs stuck at one step.
+		t.Fatalf("fewer than %d VMIs Running after 3 minutes; VMIs by phase: %v", n, phases)
 	}
 }
