@@ -87,7 +87,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 			if !satisfied {
 				return nil
 			}
-			if relabelled, err := c.restoreRangeLabel(ctx, it, vmi); err != nil || relabelled {
+			if relabelled, err := c.restoreRangeLabel(ctx, it, vmi, pods); err != nil || relabelled {
 				return err
 			}
 			c.fail(it, vmi, ReasonPodGone, "the launcher pod no longer exists")
@@ -101,8 +101,11 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 // restoreRangeLabel looks for launcher pods of vmi that left the range's
 // cache because someone changed or removed their range label, and puts the
 // label back: a running VM must not fail for an edited label. It reports
-// whether it found any.
-func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance) (bool, error) {
+// whether it found any. A pod that carries the range's label but is not in
+// its cache yet is an error, retried with backoff: the cache lags the
+// server (a replica that was stopped took the range back with caches kept
+// from before), and a VMI whose pod runs must not fail for that.
+func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, cached []*corev1.Pod) (bool, error) {
 	pods, err := c.cfg.Kube.CoreV1().Pods(vmi.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.UID),
 	})
@@ -113,8 +116,14 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 	found := false
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if pod.DeletionTimestamp != nil || pod.Labels[c.cfg.Options.RangeLabel] == want || !metav1.IsControlledBy(pod, vmi) {
+		if pod.DeletionTimestamp != nil || !metav1.IsControlledBy(pod, vmi) {
 			continue
+		}
+		if pod.Labels[c.cfg.Options.RangeLabel] == want {
+			if slices.ContainsFunc(cached, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
+				continue // cached, and not the VMI's pod
+			}
+			return true, fmt.Errorf("launcher pod %s/%s of %s exists but is not in range %d's cache yet", pod.Namespace, pod.Name, it.Key, it.Range)
 		}
 		found = true
 		// The pod as listed, or nothing: a conflict retries the VMI.

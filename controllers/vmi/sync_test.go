@@ -350,6 +350,30 @@ func TestSyncRestoresAnEditedRangeLabelInsteadOfFailingTheVMI(t *testing.T) {
 	}
 }
 
+// A replica that takes a range back with caches kept from before it was
+// stopped may see a VMI's Running status before its launcher pod: the VMI
+// must not fail for a pod the server has, and the sync is retried.
+func TestSyncDoesNotFailAVMIWhosePodTheCacheHasNotSeenYet(t *testing.T) {
+	vmi := newVMI("a")
+	vmi.Status.Phase = virtv1.Running
+	vmi.Status.NodeName = "node-1"
+	pod := runningLauncherPod(t, vmi)
+	f := newFixture(t, vmi) // the caches listed no pod
+	f.kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &corev1.PodList{Items: []corev1.Pod{*pod}}, nil // the server has it
+	})
+	err := f.c.sync(context.Background(), f.item(vmi))
+	if err == nil || !strings.Contains(err.Error(), pod.Name) {
+		t.Errorf("sync error %v: want one naming the uncached pod, for a retry", err)
+	}
+	if got := append(kvfake.Writes(f.kube.Actions()), kvfake.Writes(f.kv.Actions())...); len(got) != 0 {
+		t.Errorf("writes %q, want none", got)
+	}
+	if f.c.batcher.Pending(f.item(vmi).Key, vmi.UID) {
+		t.Error("a status intent is pending: the VMI would be failed")
+	}
+}
+
 // dataVolume is a CDI DataVolume in phase, its claim bound.
 func cdiDataVolume(name, phase string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -153,14 +154,51 @@ func logLeaseWrites(t *testing.T, opts cluster.Options, from int64, ns string, v
 
 func waitRunning(t *testing.T, kv *kubevirt.Clientset, ns string, n int) {
 	t.Helper()
+	// The last phases listed, and the last list error: a list cut short by
+	// the deadline must not hide what the one before it saw.
 	var phases map[virtv1.VirtualMachineInstancePhase]int
+	var listErr error
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		phases, err = workload.Phases(ctx, kv, ns)
-		return err == nil && phases[virtv1.Running] >= n, nil
+		listed, err := workload.Phases(ctx, kv, ns)
+		if err != nil {
+			listErr = err
+			return false, nil
+		}
+		phases = listed
+		return phases[virtv1.Running] >= n, nil
 	})
 	if err != nil {
 		// The phases tell a slow run from VMIs stuck at one step.
-		t.Fatalf("fewer than %d VMIs Running after 3 minutes; VMIs by phase: %v", n, phases)
+		logNotRunning(t, kv, ns)
+		t.Fatalf("fewer than %d VMIs Running after 3 minutes; VMIs by phase: %v (last list error: %v)", n, phases, listErr)
+	}
+}
+
+// logNotRunning logs every VMI of ns that is not Running with its
+// conditions, and the events about it: why it is where it is.
+func logNotRunning(t *testing.T, kv *kubevirt.Clientset, ns string) {
+	ctx := context.Background()
+	vmis, err := kv.VirtualMachineInstances(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("list VMIs: %v", err)
+		return
+	}
+	events, err := kubernetes.NewForConfigOrDie(clustertest.Config(t)).CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("list events: %v", err)
+	}
+	for _, v := range vmis.Items {
+		if v.Status.Phase == virtv1.Running {
+			continue
+		}
+		t.Logf("VMI %s: phase %q, node %q, conditions %+v", v.Name, v.Status.Phase, v.Status.NodeName, v.Status.Conditions)
+		if events == nil {
+			continue
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.UID == v.UID {
+				t.Logf("  event %s %s from %s: %s", e.Type, e.Reason, e.Source.Component, e.Message)
+			}
+		}
 	}
 }
