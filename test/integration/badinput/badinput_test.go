@@ -80,8 +80,13 @@ func TestBadInput(t *testing.T) {
 				}
 				var waiting string
 				err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-					waiting = check(ctx)
-					return waiting == "", nil
+					got := check(ctx)
+					if ctx.Err() == nil {
+						// A check cut short by the deadline must not hide
+						// what the one before it was waiting for.
+						waiting = got
+					}
+					return got == "", nil
 				})
 				if err != nil {
 					t.Errorf("after 2 minutes: %s", waiting)
@@ -393,8 +398,11 @@ func cases() []badCase {
 					return "neither migration succeeded"
 				}
 				got, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, v.Name, metav1.GetOptions{})
-				if err != nil || got.Status.Phase != virtv1.Running {
-					return fmt.Sprintf("VMI after the migrations: %v", err)
+				if err != nil {
+					return err.Error()
+				}
+				if got.Status.Phase != virtv1.Running {
+					return fmt.Sprintf("VMI after the migrations is %s: %+v", got.Status.Phase, got.Status.Conditions)
 				}
 				return ""
 			}
