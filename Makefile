@@ -252,15 +252,19 @@ verify: generate tools verify-layering ## Fail on stale generated files, gofmt, 
 	$(GO) test -count=1 -run '^TestRBAC' ./test/integration/deploy/
 
 # The product (the controller, its packages and their tests) imports nothing
-# from the bench or the test support: the arrows point one way.
+# from the bench or the test support: the arrows point one way. The
+# controllers' test kit (controllers/sharded/shardedtest) is for their tests
+# only: no product code imports it.
 PRODUCT_PACKAGES := ./cmd/... ./shard/... ./controllers/... ./replica/... ./client/...
 
 .PHONY: verify-layering
-verify-layering: ## Fail if a product package, its tests included, imports bench/ or test/.
+verify-layering: ## Fail if a product package, its tests included, imports bench/ or test/, or product code imports the controllers' test kit.
 	@bad=$$(for p in $$($(GO) list $(PRODUCT_PACKAGES)); do \
 	    $(GO) list -deps -test -f '{{.ImportPath}}' $$p | grep -E '^github.com/virtshard/virtshard/(bench|test)(/|$$)' | sed "s|^|$$p imports |"; \
 	  done | sort -u); \
 	test -z "$$bad" || { echo "product packages import bench or test support:"; echo "$$bad"; exit 1; }
+	@bad=$$($(GO) list -deps -f '{{.ImportPath}}' ./cmd/... | grep -E '/shardedtest$$'); \
+	test -z "$$bad" || { echo "product code imports the controllers' test kit:"; echo "$$bad"; exit 1; }
 
 .PHONY: clean
 clean: cluster-down ## Stop the cluster and remove bin/.

@@ -61,6 +61,9 @@ func NewRanges(count int, key Key) (Ranges, error) {
 // Count is the number of ranges.
 func (r Ranges) Count() int { return r.count }
 
+// Key is the field whose hash places an object.
+func (r Ranges) Key() Key { return r.key }
+
 // Hash is the FNV-1a hash of value, the same number as
 // sharding.HashField(value) without the hex formatting.
 func Hash(value string) uint64 {

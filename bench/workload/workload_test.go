@@ -112,7 +112,7 @@ func TestVMIIsRealisticAndDefaulted(t *testing.T) {
 			t.Errorf("%s: finalizers %v, want virt-api's %s", vmi.Name, vmi.Finalizers, virtv1.VirtualMachineInstanceFinalizer)
 		}
 		vmi.Namespace, vmi.UID = "ns", types.UID(fmt.Sprintf("uid-%d", i))
-		pod, err := template.Render(vmi, 0, template.Options{LauncherImage: "virt-launcher", RangeLabel: "range"},
+		pod, err := template.Render(vmi, 0, template.Options{LauncherImage: "virt-launcher"},
 			clusterconfig.DefaultConfig("amd64"), &template.StaticObjects{})
 		if err != nil {
 			t.Fatalf("render %s: %v", vmi.Name, err)

@@ -50,7 +50,6 @@ type Options struct {
 
 func newOptions() *Options {
 	tmpl := template.DefaultOptions()
-	tmpl.RangeLabel = shard.LabelRange
 	return &Options{Architecture: "amd64", RangeCount: shard.DefaultRangeCount, ShardKey: "uid", Template: tmpl}
 }
 

@@ -48,8 +48,8 @@ func TestRenderWithAPIDefaultsMatchesKubeVirt(t *testing.T) {
 	}
 	ranges, _ := shard.NewRanges(shard.DefaultRangeCount, shard.KeyUID)
 	vmiRange := ranges.OfValue("00000000-0000-4000-8000-000000000001")
-	if got.Labels[template.DefaultOptions().RangeLabel] != strconv.Itoa(vmiRange) {
-		t.Errorf("range label %q, want the VMI's range %d", got.Labels[template.DefaultOptions().RangeLabel], vmiRange)
+	if got.Labels[shard.LabelRange] != strconv.Itoa(vmiRange) {
+		t.Errorf("range label %q, want the VMI's range %d", got.Labels[shard.LabelRange], vmiRange)
 	}
 	// Everything KubeVirt sets is there with KubeVirt's value.
 	if len(got.Spec.Volumes) != len(want.Spec.Volumes) || len(got.Spec.InitContainers) != len(want.Spec.InitContainers) {

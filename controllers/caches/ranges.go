@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/shard"
@@ -44,7 +40,8 @@ type Consumer interface {
 var _ shard.Preparer = (*Ranges)(nil)
 
 // Ranges holds the informers of each range the replica holds, and of the
-// ranges it prepares to hold.
+// ranges it prepares to hold, for every kind its consumers declared, and
+// the informers of the cluster-wide kinds.
 type Ranges struct {
 	cfg       Config
 	consumers []Consumer
@@ -56,28 +53,29 @@ type Ranges struct {
 	// keep[i]: Keep asked that range i's caches outlive its release.
 	keep []atomic.Bool
 
-	vmiIndexers cache.Indexers
-	podIndexers cache.Indexers
-	vmIndexers  cache.Indexers
+	// served are the declared kinds by resource, in declaration order in
+	// kinds; written only before the first range is acquired.
+	served map[string]*served
+	kinds  []*served
+}
 
-	// One watch per resource (two for VMIs) serves the informers of every
-	// range: see shard.SharedWatch.
-	unlabelledVMIs, labelledVMIs, pods, vms *shard.SharedWatch
+// served is one declared kind as the caches serve it.
+type served struct {
+	kind     *kindInfo
+	indexers cache.Indexers
+	// watches are a sharded kind's shared watches, one per selection of
+	// its placement (shard.SharedWatch): every range's informers list and
+	// watch through them.
+	watches []*shard.SharedWatch
+	// cluster is a cluster-wide kind's one set of caches.
+	cluster *objectSet
 }
 
 // Range is one held range's caches.
 type Range struct {
 	Index int
-	VMIs  VMIs
-	// Pods are the launcher pods of the range's VMIs, by range label,
-	// trimmed by TrimPod: partial objects, never to be sent back whole.
-	Pods cache.SharedIndexInformer
-	// VMs are the VirtualMachines whose key hashes into the range.
-	VMs cache.SharedIndexInformer
-
-	// written overlays the caches with the replica's own writes
-	// (LatestVMI, WroteVMI, LatestVM, WroteVM).
-	written *written
+	// objects are the range's caches by resource; fixed once started.
+	objects map[string]*objectSet
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -86,82 +84,95 @@ type Range struct {
 // NewRanges returns the range caches; controllers Register before the
 // shard manager runs.
 func NewRanges(cfg Config) *Ranges {
-	kv, ns, count := cfg.KubeVirt, cfg.Namespace, cfg.Ranges.Count()
-	vmiLW := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return kv.VirtualMachineInstances(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return kv.VirtualMachineInstances(ns).Watch(ctx, o)
-		},
-	}
-	vmLW := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return kv.VirtualMachines(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return kv.VirtualMachines(ns).Watch(ctx, o)
-		},
-	}
-	pods := cfg.Kube.CoreV1()
-	podLW := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return pods.Pods(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return pods.Pods(ns).Watch(ctx, o)
-		},
-	}
+	count := cfg.Ranges.Count()
 	return &Ranges{
-		cfg:            cfg,
-		held:           make([]atomic.Pointer[Range], count),
-		prepared:       make([]atomic.Pointer[Range], count),
-		keep:           make([]atomic.Bool, count),
-		vmiIndexers:    cache.Indexers{},
-		podIndexers:    cache.Indexers{byVMIUID: podVMIUID},
-		vmIndexers:     cache.Indexers{},
-		unlabelledVMIs: shard.NewSharedWatch(vmiLW, count, cfg.Ranges.ByUnlabelledKey, "virtualmachineinstances", cfg.Metrics),
-		labelledVMIs:   shard.NewSharedWatch(vmiLW, count, cfg.Ranges.ByLabel, "virtualmachineinstances", cfg.Metrics),
-		pods:           shard.NewSharedWatch(podLW, count, cfg.Ranges.ByLabel, "pods", cfg.Metrics),
-		vms:            shard.NewSharedWatch(vmLW, count, cfg.Ranges.ByKey, "virtualmachines", cfg.Metrics),
+		cfg:      cfg,
+		held:     make([]atomic.Pointer[Range], count),
+		prepared: make([]atomic.Pointer[Range], count),
+		keep:     make([]atomic.Bool, count),
+		served:   map[string]*served{},
 	}
 }
 
-// Register adds a consumer with the indexers it reads by. Consumers learn of
+// Register adds a consumer with the kinds it watches. Consumers learn of
 // an acquired range in registration order and of its release in reverse.
-func (c *Ranges) Register(consumer Consumer, vmis, pods, vms cache.Indexers) error {
+// Every kind registered by anyone is cached in every range (or, cluster-
+// wide, once); an indexer name may be declared only once per kind.
+func (c *Ranges) Register(consumer Consumer, watches ...Watch) error {
 	if c.started.Load() {
 		return errors.New("register a consumer before any range is acquired")
 	}
-	for _, add := range []struct{ to, from cache.Indexers }{{c.vmiIndexers, vmis}, {c.podIndexers, pods}, {c.vmIndexers, vms}} {
-		for name, fn := range add.from {
-			if _, dup := add.to[name]; dup {
-				return fmt.Errorf("indexer %q registered twice", name)
-			}
-			add.to[name] = fn
+	for _, w := range watches {
+		if err := c.serve(w); err != nil {
+			return err
 		}
 	}
-	c.consumers = append(c.consumers, consumer)
+	if consumer != nil {
+		c.consumers = append(c.consumers, consumer)
+	}
 	return nil
 }
 
-// byVMIUID indexes launcher pods (and migration target pods) by the UID of
-// the VMI that created them, for Range.PodsOf.
-const byVMIUID = "vmiUID"
-
-func podVMIUID(obj any) ([]string, error) {
-	return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
+// serve adds w's kind, or w's indexers to the kind already served.
+func (c *Ranges) serve(w Watch) error {
+	s, ok := c.served[w.kind.resource]
+	if !ok {
+		s = &served{kind: w.kind, indexers: cache.Indexers{}}
+		if err := addIndexers(s.indexers, w.kind.indexers, w.kind.resource); err != nil {
+			return err
+		}
+		lw := w.kind.listWatch(Clients{Kube: c.cfg.Kube, KubeVirt: c.cfg.KubeVirt}, c.cfg.Namespace)
+		for _, by := range c.cfg.Ranges.Selections(w.kind.placement) {
+			s.watches = append(s.watches, shard.NewSharedWatch(lw, c.cfg.Ranges.Count(), by, w.kind.resource, c.cfg.Metrics))
+		}
+		if !w.kind.placement.Sharded() {
+			informer := cache.NewSharedIndexInformer(lw, w.kind.example(), 0, maps.Clone(s.indexers))
+			// SetTransform and AddIndexers fail only on a started informer.
+			_ = informer.SetTransform(w.kind.trim)
+			s.cluster = &objectSet{ranges: c.cfg.Ranges, placement: w.kind.placement, informers: []cache.SharedIndexInformer{informer}}
+			s.cluster.resetOverlays()
+		}
+		c.served[w.kind.resource] = s
+		c.kinds = append(c.kinds, s)
+	} else if !s.kind.same(w.kind) {
+		return fmt.Errorf("kind %q declared twice, differently (%s and %s)", w.kind.resource, s.kind.placement, w.kind.placement)
+	}
+	if err := addIndexers(s.indexers, w.indexers, w.kind.resource); err != nil {
+		return err
+	}
+	if s.cluster != nil {
+		return s.cluster.informers[0].AddIndexers(w.indexers)
+	}
+	return nil
 }
 
-// PodsOf returns the cached pods vmi created: its launcher pods and its
-// migrations' target pods (read only).
-func (r *Range) PodsOf(vmi *virtv1.VirtualMachineInstance) []*corev1.Pod {
-	objs, _ := r.Pods.GetIndexer().ByIndex(byVMIUID, string(vmi.UID)) // the index is always there
-	pods := make([]*corev1.Pod, 0, len(objs))
-	for _, obj := range objs {
-		pods = append(pods, obj.(*corev1.Pod))
+func addIndexers(to, from cache.Indexers, resource string) error {
+	for name, fn := range from {
+		if _, dup := to[name]; dup {
+			return fmt.Errorf("indexer %q of %s registered twice", name, resource)
+		}
+		to[name] = fn
 	}
-	return pods
+	return nil
+}
+
+// RunCluster starts the cluster-wide kinds' informers on ctx and waits for
+// them to sync: before any range is taken, so that a controller routing a
+// cluster-wide object to a range finds it.
+func (c *Ranges) RunCluster(ctx context.Context) error {
+	var synced []cache.InformerSynced
+	for _, s := range c.kinds {
+		if s.cluster == nil {
+			continue
+		}
+		informer := s.cluster.informers[0]
+		go informer.RunWithContext(ctx)
+		synced = append(synced, informer.HasSynced)
+	}
+	if !cache.WaitForNamedCacheSync("cluster", ctx.Done(), synced...) {
+		return fmt.Errorf("cluster-wide caches did not sync: %w", ctx.Err())
+	}
+	return nil
 }
 
 // Get is range i's caches while the replica holds it, else nil.
@@ -171,34 +182,23 @@ func (c *Ranges) Get(i int) *Range { return c.held[i].Load() }
 // taken yet, else nil.
 func (c *Ranges) Prepared(i int) *Range { return c.prepared[i].Load() }
 
-// Cached counts the objects of a resource ("virtualmachineinstances",
-// "pods" or "virtualmachines") in the held ranges' caches.
+// Cached counts the objects of a resource in the held ranges' caches, or
+// in the cluster-wide cache of a cluster-wide kind.
 func (c *Ranges) Cached(resource string) float64 {
+	s, ok := c.served[resource]
+	switch {
+	case !ok:
+		return 0
+	case s.cluster != nil:
+		return float64(len(s.cluster.informers[0].GetStore().ListKeys()))
+	}
 	n := 0
 	for i := range c.held {
-		r := c.held[i].Load()
-		switch {
-		case r == nil:
-		case resource == "pods":
-			n += len(r.Pods.GetStore().ListKeys())
-		case resource == "virtualmachines":
-			n += len(r.VMs.GetStore().ListKeys())
-		default:
-			n += r.VMIs.Len()
+		if r := c.held[i].Load(); r != nil {
+			n += r.objects[resource].len()
 		}
 	}
 	return float64(n)
-}
-
-// VMIs returns every VMI cached for the held ranges (read only).
-func (c *Ranges) VMIs() []*virtv1.VirtualMachineInstance {
-	var out []*virtv1.VirtualMachineInstance
-	for i := range c.held {
-		if r := c.held[i].Load(); r != nil {
-			out = append(out, r.VMIs.List()...)
-		}
-	}
-	return out
 }
 
 // Prepare implements shard.Preparer: start range i's informers ahead of
@@ -238,7 +238,7 @@ func (c *Ranges) Acquired(ctx context.Context, i int) error {
 			return err
 		}
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), r.VMIs.HasSynced, r.Pods.HasSynced, r.VMs.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), r.hasSynced) {
 		r.stop()
 		return fmt.Errorf("caches of range %d did not sync: %w", i, ctx.Err())
 	}
@@ -268,9 +268,11 @@ func (c *Ranges) Releasing(ctx context.Context, i int, reason shard.Reason) {
 	case r == nil:
 		c.keep[i].Store(false)
 	case c.keep[i].Swap(false):
-		// No consumer reads the range any more: its overlay starts over,
-		// as a prepared range's does.
-		r.written = newWritten(c.cfg.Ranges, r)
+		// No consumer reads the range any more: its overlays start over,
+		// as a prepared range's do.
+		for _, set := range r.objects {
+			set.resetOverlays()
+		}
 		if old := c.prepared[i].Swap(r); old != nil {
 			go old.stop()
 		}
@@ -279,37 +281,44 @@ func (c *Ranges) Releasing(ctx context.Context, i int, reason shard.Reason) {
 	}
 }
 
+func (r *Range) hasSynced() bool {
+	for _, set := range r.objects {
+		if !set.hasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *Range) stop() {
 	r.cancel()
 	r.done.Wait()
 }
 
+// start makes and runs range i's informers of every sharded kind.
 func (c *Ranges) start(i int) (*Range, error) {
-	r := &Range{Index: i}
-	informers := []struct {
-		into     *cache.SharedIndexInformer
-		watch    *shard.SharedWatch
-		example  runtime.Object
-		indexers cache.Indexers
-		trim     cache.TransformFunc
-	}{
-		{&r.VMIs.Unlabelled, c.unlabelledVMIs, &virtv1.VirtualMachineInstance{}, c.vmiIndexers, shard.TrimForCache},
-		{&r.VMIs.Labelled, c.labelledVMIs, &virtv1.VirtualMachineInstance{}, c.vmiIndexers, shard.TrimForCache},
-		{&r.Pods, c.pods, &corev1.Pod{}, c.podIndexers, TrimPod},
-		{&r.VMs, c.vms, &virtv1.VirtualMachine{}, c.vmIndexers, shard.TrimForCache},
-	}
-	for _, inf := range informers {
-		var err error
-		if *inf.into, err = inf.watch.NewInformer(i, inf.example, inf.indexers, inf.trim); err != nil {
-			return nil, err
+	r := &Range{Index: i, objects: map[string]*objectSet{}}
+	for _, s := range c.kinds {
+		if s.cluster != nil {
+			continue
 		}
+		set := &objectSet{ranges: c.cfg.Ranges, placement: s.kind.placement}
+		for _, w := range s.watches {
+			informer, err := w.NewInformer(i, s.kind.example(), s.indexers, s.kind.trim)
+			if err != nil {
+				return nil, err
+			}
+			set.informers = append(set.informers, informer)
+		}
+		set.resetOverlays()
+		r.objects[s.kind.resource] = set
 	}
-	r.written = newWritten(c.cfg.Ranges, r)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	for _, inf := range informers {
-		informer := *inf.into
-		r.done.Go(func() { informer.RunWithContext(ctx) })
+	for _, set := range r.objects {
+		for _, informer := range set.informers {
+			r.done.Go(func() { informer.RunWithContext(ctx) })
+		}
 	}
 	return r, nil
 }

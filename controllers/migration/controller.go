@@ -1,26 +1,19 @@
 package migration
 
 import (
-	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/client/kubevirt"
-	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
-	"github.com/virtshard/virtshard/controllers/template"
-	"github.com/virtshard/virtshard/shard"
 )
 
 // KubeVirt's timeouts of a target pod that does not start.
@@ -35,17 +28,8 @@ const (
 	permitGrace = time.Minute
 )
 
-// Config wires the controller.
-type Config struct {
-	Kube     kubernetes.Interface
-	KubeVirt kubevirt.Interface
-	// Fence admits syncs and writes of the ranges this replica holds.
-	Fence   sharded.Fence
-	Ranges  shard.Ranges
-	Caches  *caches.Ranges
-	Cluster *caches.Cluster
-	// Namespace and Name place the permit table: <Name>-migration-permits.
-	Namespace, Name string
+// Options of the migration controller.
+type Options struct {
 	// Limits override the KubeVirt CR's limits; a zero field takes the
 	// CR's, read at every grant (Limits.Over).
 	Limits Limits
@@ -54,27 +38,48 @@ type Config struct {
 	// not run this long for any reason.
 	UnschedulableTimeout time.Duration
 	PendingTimeout       time.Duration
-	Options              template.Options
-	// ClusterConfig is the KubeVirt CR's configuration, current; required.
-	ClusterConfig ClusterConfig
-	// Objects are the caches the target pod depends on, run by the caller.
-	Objects template.Objects
-	// Recorder records the controller's events; required.
-	Recorder record.EventRecorder
-	// ReconcileMetrics record each reconcile; nil for none.
-	ReconcileMetrics *sharded.Metrics
 }
 
-// ClusterConfig is the KubeVirt CR's configuration as a
-// clusterconfig.Watcher serves it.
-type ClusterConfig interface {
-	Current() *clusterconfig.Config
-	OnChange(func(*clusterconfig.Config))
+// DefaultOptions are KubeVirt's.
+func DefaultOptions() Options {
+	return Options{UnschedulableTimeout: DefaultUnschedulableTimeout, PendingTimeout: DefaultPendingTimeout}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.Limits.PerCluster, "parallel-migrations-per-cluster", o.Limits.PerCluster, "live migrations in flight in the whole cluster, across all replicas; 0: the KubeVirt CR's spec.configuration.migrations.parallelMigrationsPerCluster, followed live (5 without a CR)")
+	fs.IntVar(&o.Limits.PerNode, "parallel-outbound-migrations-per-node", o.Limits.PerNode, "live migrations in flight out of one node; 0: the KubeVirt CR's parallelOutboundMigrationsPerNode, followed live (2 without a CR)")
+	fs.DurationVar(&o.UnschedulableTimeout, "migration-unschedulable-timeout", o.UnschedulableTimeout, "fail a migration whose target pod is unschedulable this long")
+	fs.DurationVar(&o.PendingTimeout, "migration-pending-timeout", o.PendingTimeout, "fail a migration whose target pod is not running this long")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Limits.PerCluster < 0 || o.Limits.PerNode < 0 {
+		errs = append(errs, errors.New("migration limits must be at least 1, or 0 for the KubeVirt CR's"))
+	}
+	if o.UnschedulableTimeout <= 0 || o.PendingTimeout <= 0 {
+		errs = append(errs, errors.New("migration timeouts must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Declare declares the migration controller to the replica.
+func Declare(opts Options) sharded.Declaration {
+	return sharded.Declaration{Name: "migration", Workers: 8, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		c, err := newController(env, rt, opts)
+		if err != nil {
+			return nil, err
+		}
+		return c.declare(), nil
+	}}
 }
 
 // Controller is the migration controller of one replica.
 type Controller struct {
-	cfg     Config
+	env     *sharded.Env
+	opts    Options
 	rt      *sharded.Runtime
 	permits *Permits
 }
@@ -83,147 +88,97 @@ type Controller struct {
 // VMI is not found, of its own key).
 type item = sharded.Item
 
-// New returns a controller registered with cfg.Caches.
-func New(cfg Config) (*Controller, error) {
-	if cfg.ClusterConfig == nil {
-		return nil, errors.New("migration controller: no cluster configuration")
+func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) (*Controller, error) {
+	if env.ClusterConfig == nil {
+		return nil, errors.New("no cluster configuration")
 	}
-	if cfg.Limits.PerCluster < 0 || cfg.Limits.PerNode < 0 {
-		return nil, fmt.Errorf("migration controller: negative limits %+v", cfg.Limits)
+	if opts.Limits.PerCluster < 0 || opts.Limits.PerNode < 0 {
+		return nil, fmt.Errorf("negative limits %+v", opts.Limits)
 	}
-	if cfg.UnschedulableTimeout <= 0 {
-		cfg.UnschedulableTimeout = DefaultUnschedulableTimeout
+	if opts.UnschedulableTimeout <= 0 {
+		opts.UnschedulableTimeout = DefaultUnschedulableTimeout
 	}
-	if cfg.PendingTimeout <= 0 {
-		cfg.PendingTimeout = DefaultPendingTimeout
+	if opts.PendingTimeout <= 0 {
+		opts.PendingTimeout = DefaultPendingTimeout
 	}
-	c := &Controller{
-		cfg: cfg,
-		rt:  sharded.New(sharded.Config{Name: "migration", Ranges: cfg.Ranges.Count(), Fence: cfg.Fence, Metrics: cfg.ReconcileMetrics}),
-	}
+	c := &Controller{env: env, opts: opts, rt: rt}
 	c.permits = &Permits{
-		Client: cfg.Kube, Namespace: cfg.Namespace, Name: cfg.Name + "-migration-permits",
+		Client: env.Kube, Namespace: env.ReplicaNamespace, Name: env.Name + "-migration-permits",
 		Live: c.live, Grace: permitGrace, Now: time.Now,
 	}
-	return c, cfg.Caches.Register(c, nil, nil, nil)
+	// A raised limit lets waiting migrations go at once, not at their
+	// next poll.
+	env.ClusterConfig.OnChange(func(*clusterconfig.Config) { c.wakeWaiting() })
+	return c, nil
+}
+
+// declare is what the runtime runs: a migration is reconciled in the
+// range of its VMI (a VMI's events queue its migrations, a target pod's
+// its migration), or in its own range while its VMI is nowhere. Permits
+// stay with their migrations at a handoff: the next owner goes on with
+// them.
+func (c *Controller) declare() *sharded.Controller {
+	return &sharded.Controller{
+		Watches: []sharded.Watch{
+			sharded.Across(kinds.Migrations, sharded.Events[*virtv1.VirtualMachineInstanceMigration]{Route: c.route, Replay: true}, nil),
+			sharded.On(kinds.VMIs, sharded.Events[*virtv1.VirtualMachineInstance]{Keys: c.migrationsOf}, nil),
+			sharded.On(kinds.LauncherPods, sharded.Events[*corev1.Pod]{Keys: migrationOf}, nil),
+		},
+		Sync: c.sync,
+	}
 }
 
 // limits are the limits in force now: the overrides, else the KubeVirt
 // CR's as the watcher last saw them.
 func (c *Controller) limits() Limits {
-	return c.cfg.Limits.Over(c.cfg.ClusterConfig.Current().Migrations())
+	return c.opts.Limits.Over(c.env.ClusterConfig.Current().Migrations())
 }
 
 // live tells the permit table whether a migration still counts.
 func (c *Controller) live(uid types.UID) (exists, final bool) {
-	for _, obj := range c.cfg.Cluster.Migrations.GetStore().List() {
-		if m := obj.(*virtv1.VirtualMachineInstanceMigration); m.UID == uid {
+	for _, m := range kinds.Migrations.All(c.env.Caches).List() {
+		if m.UID == uid {
 			return true, m.IsFinal()
 		}
 	}
 	return false, false
 }
 
-// Run starts the workers and blocks until ctx is done; the cluster caches
-// must be running.
-func (c *Controller) Run(ctx context.Context, workers int) error {
-	if _, err := c.cfg.Cluster.Migrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.migrationChanged,
-		UpdateFunc: func(_, obj any) { c.migrationChanged(obj) },
-		DeleteFunc: c.migrationChanged,
-	}); err != nil {
-		return err
-	}
-	// A raised limit lets waiting migrations go at once, not at their
-	// next poll.
-	c.cfg.ClusterConfig.OnChange(func(*clusterconfig.Config) { c.wakeWaiting() })
-	limits := c.limits()
-	klog.FromContext(ctx).Info("Migration controller running", "workers", workers, "perCluster", limits.PerCluster, "perNode", limits.PerNode,
-		"perClusterOverride", c.cfg.Limits.PerCluster, "perNodeOverride", c.cfg.Limits.PerNode)
-	return c.rt.Run(ctx, workers, c.sync)
-}
-
-// Acquired implements caches.Consumer: follow the range's VMIs and target
-// pods, and queue the migrations of its VMIs.
-func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
-	c.rt.Acquired(r.Index)
-	// A VMI's events queue its migrations; a target pod's, its migration.
-	if err := r.VMIs.AddEventHandler(sharded.Handler(c.rt, r.Index, sharded.Events[*virtv1.VirtualMachineInstance]{Keys: c.migrationsOf})); err != nil {
-		return err
-	}
-	_, err := r.Pods.AddEventHandler(sharded.Handler(c.rt, r.Index, sharded.Events[*corev1.Pod]{Keys: migrationOf}))
-	for _, obj := range c.cfg.Cluster.Migrations.GetStore().List() {
-		if m := obj.(*virtv1.VirtualMachineInstanceMigration); c.cfg.Ranges.Of(m) == r.Index {
-			c.migrationChanged(m) // a VMI that is nowhere: its own range's
-		}
-	}
-	return err
-}
-
-// Releasing implements caches.Consumer. Permits stay with their
-// migrations: the next owner goes on with them.
-func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
-	c.rt.Releasing(ctx, i)
-}
-
-func unwrap(obj any) any {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return tomb.Obj
-	}
-	return obj
-}
-
-// migrationChanged queues a migration in the range of its VMI, if this
-// replica holds it, else in its own range, if held.
-func (c *Controller) migrationChanged(obj any) {
-	m, ok := unwrap(obj).(*virtv1.VirtualMachineInstanceMigration)
-	if !ok {
-		return
+// route queues a migration in the range of its VMI, if this replica
+// holds it, else in its own range, if held; a final or deleted one may
+// free a permit for the migrations waiting.
+func (c *Controller) route(m *virtv1.VirtualMachineInstanceMigration) []item {
+	if m.IsFinal() || m.DeletionTimestamp != nil {
+		c.wakeWaiting()
 	}
 	key := m.Namespace + "/" + m.Name
-	if m.IsFinal() || m.DeletionTimestamp != nil {
-		c.wakeWaiting() // a permit may be free
+	if rng, ok := kinds.VMIs.Locate(c.env.Caches, m.Namespace+"/"+m.Spec.VMIName); ok {
+		return []item{{Range: rng, Key: key}}
 	}
-	if rng, ok := c.vmiRange(m.Namespace + "/" + m.Spec.VMIName); ok {
-		c.rt.Add(rng, key)
-		return
+	if rng := c.env.Ranges.Of(m); c.env.Caches.Get(rng) != nil {
+		return []item{{Range: rng, Key: key}}
 	}
-	if rng := c.cfg.Ranges.Of(m); c.cfg.Caches.Get(rng) != nil {
-		c.rt.Add(rng, key)
-	}
+	return nil
 }
 
 // wakeWaiting queues this replica's migrations that wait for a permit,
 // at once rather than at their next poll (KubeVirt re-enqueues its pending
 // migrations the same way when one ends).
 func (c *Controller) wakeWaiting() {
-	for _, obj := range c.cfg.Cluster.Migrations.GetStore().List() {
-		m := obj.(*virtv1.VirtualMachineInstanceMigration)
+	for _, m := range kinds.Migrations.All(c.env.Caches).List() {
 		if m.Status.Phase != virtv1.MigrationPending {
 			continue
 		}
-		if rng, ok := c.vmiRange(m.Namespace + "/" + m.Spec.VMIName); ok {
+		if rng, ok := kinds.VMIs.Locate(c.env.Caches, m.Namespace+"/"+m.Spec.VMIName); ok {
 			c.rt.Add(rng, m.Namespace+"/"+m.Name)
 		}
 	}
 }
 
-// vmiRange finds the held range whose cache has the VMI.
-func (c *Controller) vmiRange(vmiKey string) (int, bool) {
-	for i := range c.cfg.Ranges.Count() {
-		if r := c.cfg.Caches.Get(i); r != nil {
-			if _, exists, _ := r.VMIs.Get(vmiKey); exists {
-				return i, true
-			}
-		}
-	}
-	return 0, false
-}
-
 // migrationsOf are the keys of the VMI's migrations.
 func (c *Controller) migrationsOf(vmi *virtv1.VirtualMachineInstance) []string {
 	var keys []string
-	for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+	for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
 		keys = append(keys, m.Namespace+"/"+m.Name)
 	}
 	return keys
@@ -236,8 +191,6 @@ func migrationOf(pod *corev1.Pod) []string {
 	}
 	return nil
 }
-
-var _ caches.Consumer = (*Controller)(nil)
 
 // now is a metav1.Time for status fields.
 func now() metav1.Time { return metav1.Now() }

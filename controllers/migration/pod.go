@@ -28,8 +28,8 @@ func targetPodName(vmi *virtv1.VirtualMachineInstance, m *virtv1.VirtualMachineI
 // on nodes without a hostname label), labelled with the migration.
 func (c *Controller) renderTargetPod(rng int, m *virtv1.VirtualMachineInstanceMigration, cached *virtv1.VirtualMachineInstance, source *corev1.Pod) (*corev1.Pod, error) {
 	vmi := cached.DeepCopy()
-	template.ApplyDefaults(vmi, c.cfg.Options)
-	pod, err := template.RenderMigrationTarget(vmi, m, source, rng, c.cfg.Options, c.cfg.ClusterConfig.Current(), c.cfg.Objects)
+	template.ApplyDefaults(vmi, c.env.Template)
+	pod, err := template.RenderMigrationTarget(vmi, m, source, rng, c.env.Template, c.env.ClusterConfig.Current(), c.env.Objects)
 	if err != nil {
 		return nil, err
 	}
@@ -76,15 +76,15 @@ func (c *Controller) createTargetPod(ctx context.Context, it item, m *virtv1.Vir
 	}
 	var created *corev1.Pod
 	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		created, err = c.cfg.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		created, err = c.env.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	})
 	if apierrors.IsAlreadyExists(err) {
-		return c.cfg.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		return c.env.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create target pod of migration %s: %w", it.Key, err)
 	}
-	c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulCreate, "Created migration target pod %s", created.Name)
+	c.env.Recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulCreate, "Created migration target pod %s", created.Name)
 	return created, nil
 }

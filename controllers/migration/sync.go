@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/patch"
 )
 
@@ -54,23 +55,23 @@ type state struct {
 }
 
 func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
-	r := c.cfg.Caches.Get(it.Range)
+	r := c.env.Caches.Get(it.Range)
 	if r == nil {
 		return 0, nil
 	}
-	obj, exists, err := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.Key)
+	cached, exists, err := kinds.Migrations.All(c.env.Caches).Get(it.Key)
 	if err != nil || !exists {
 		return 0, err
 	}
-	s := state{m: obj.(*virtv1.VirtualMachineInstanceMigration).DeepCopy()}
-	s.vmi, _, err = r.VMIs.Get(s.m.Namespace + "/" + s.m.Spec.VMIName)
+	s := state{m: cached.DeepCopy()}
+	s.vmi, _, err = kinds.VMIs.In(r).Get(s.m.Namespace + "/" + s.m.Spec.VMIName)
 	if err != nil {
 		return 0, err
 	}
 	if s.vmi == nil {
 		return 0, c.syncWithoutVMI(ctx, it, s)
 	}
-	for _, pod := range r.PodsOf(s.vmi) {
+	for _, pod := range kinds.PodsOf(r, s.vmi) {
 		switch {
 		case pod.Labels[virtv1.MigrationJobLabel] == string(s.m.UID):
 			s.pod = pod
@@ -92,13 +93,13 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 // holder of the migration's own range acts, and only once the API server
 // confirms the VMI does not exist (it may be another replica's).
 func (c *Controller) syncWithoutVMI(ctx context.Context, it item, s state) error {
-	if c.cfg.Ranges.Of(s.m) != it.Range {
+	if c.env.Ranges.Of(s.m) != it.Range {
 		return nil
 	}
 	if s.m.IsFinal() {
 		return c.finish(ctx, it, s)
 	}
-	_, err := c.cfg.KubeVirt.VirtualMachineInstances(s.m.Namespace).Get(ctx, s.m.Spec.VMIName, metav1.GetOptions{})
+	_, err := c.env.KubeVirt.VirtualMachineInstances(s.m.Namespace).Get(ctx, s.m.Spec.VMIName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return c.failAndFinish(ctx, it, s, ReasonVMINotFound, fmt.Sprintf("VMI %s/%s does not exist", s.m.Namespace, s.m.Spec.VMIName))
@@ -118,7 +119,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 	if m.Status.Phase != virtv1.MigrationPhaseUnset && m.Status.Phase != virtv1.MigrationPending && s.pod == nil {
 		// The cache may not show a pod another replica created a moment
 		// before it handed the range over: ask before calling it gone.
-		pod, err := c.cfg.Kube.CoreV1().Pods(m.Namespace).Get(ctx, targetPodName(vmi, m), metav1.GetOptions{})
+		pod, err := c.env.Kube.CoreV1().Pods(m.Namespace).Get(ctx, targetPodName(vmi, m), metav1.GetOptions{})
 		switch {
 		case err == nil:
 			s.pod = pod
@@ -208,7 +209,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 	}
 	if m.Status.Phase == virtv1.MigrationSucceeded {
 		m.Status.MigrationState = vmi.Status.MigrationState.DeepCopy()
-		c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, eventSucceeded, "Source node reported migration succeeded")
+		c.env.Recorder.Eventf(m, corev1.EventTypeNormal, eventSucceeded, "Source node reported migration succeeded")
 		if err := c.writeStatus(ctx, it, m); err != nil {
 			return 0, err
 		}
@@ -224,7 +225,7 @@ func (c *Controller) refuse(s state) (reason, message string) {
 	if vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil {
 		return ReasonVMINotRunning, fmt.Sprintf("VMI %s is %s, not Running", vmi.Name, vmi.Status.Phase)
 	}
-	for _, other := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+	for _, other := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
 		if other.UID == s.m.UID || other.IsFinal() || other.Status.Phase == virtv1.MigrationPhaseUnset {
 			continue
 		}
@@ -252,8 +253,8 @@ func (c *Controller) candidate(m *virtv1.VirtualMachineInstanceMigration) candid
 // waiting are the migrations, cluster-wide, that wait for a permit.
 func (c *Controller) waiting() []candidate {
 	var out []candidate
-	for _, obj := range c.cfg.Cluster.Migrations.GetStore().List() {
-		if m := obj.(*virtv1.VirtualMachineInstanceMigration); m.Status.Phase == virtv1.MigrationPending && m.DeletionTimestamp == nil {
+	for _, m := range kinds.Migrations.All(c.env.Caches).List() {
+		if m.Status.Phase == virtv1.MigrationPending && m.DeletionTimestamp == nil {
 			out = append(out, c.candidate(m))
 		}
 	}
@@ -273,16 +274,16 @@ func (c *Controller) podTimedOut(pod *corev1.Pod) (reason, message string, left 
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
 			since := time.Since(cond.LastTransitionTime.Time)
-			if since >= c.cfg.UnschedulableTimeout {
-				return ReasonUnschedulable, fmt.Sprintf("target pod %s unschedulable for %s: %s", pod.Name, c.cfg.UnschedulableTimeout, cond.Message), 0
+			if since >= c.opts.UnschedulableTimeout {
+				return ReasonUnschedulable, fmt.Sprintf("target pod %s unschedulable for %s: %s", pod.Name, c.opts.UnschedulableTimeout, cond.Message), 0
 			}
-			left = c.cfg.UnschedulableTimeout - since
+			left = c.opts.UnschedulableTimeout - since
 		}
 	}
-	if age >= c.cfg.PendingTimeout {
-		return ReasonPendingTimeout, fmt.Sprintf("target pod %s not running after %s", pod.Name, c.cfg.PendingTimeout), 0
+	if age >= c.opts.PendingTimeout {
+		return ReasonPendingTimeout, fmt.Sprintf("target pod %s not running after %s", pod.Name, c.opts.PendingTimeout), 0
 	}
-	if rest := c.cfg.PendingTimeout - age; left == 0 || rest < left {
+	if rest := c.opts.PendingTimeout - age; left == 0 || rest < left {
 		left = rest
 	}
 	return "", "", left
@@ -307,7 +308,7 @@ func podReady(pod *corev1.Pod) bool {
 // handleTargetPodHandoff writes it; and, with the VmiMemoryOverheadReport
 // gate, the target pod's memory overhead.
 func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pod, source *corev1.Pod) error {
-	cluster := c.cfg.ClusterConfig.Current()
+	cluster := c.env.ClusterConfig.Current()
 	state := &virtv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: pod.Spec.NodeName, TargetPod: pod.Name,
 		MigrationConfiguration: cluster.Migrations(),
@@ -333,13 +334,13 @@ func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMach
 		return err
 	}
 	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err := c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("hand migration %s to the nodes: %w", it.Key, err)
 	}
-	c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulHandOff, "Migration target pod %s on node %s handed over to the node agents", pod.Name, pod.Spec.NodeName)
+	c.env.Recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulHandOff, "Migration target pod %s on node %s handed over to the node agents", pod.Name, pod.Spec.NodeName)
 	return nil
 }
 
@@ -397,13 +398,13 @@ func replaceObject(old, next map[string]any) map[string]any {
 }
 
 func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration) error {
-	cached, exists, _ := c.cfg.Cluster.Migrations.GetStore().GetByKey(it.Key)
-	if exists && equality.Semantic.DeepEqual(cached.(*virtv1.VirtualMachineInstanceMigration).Status, m.Status) {
+	cached, exists, _ := kinds.Migrations.All(c.env.Caches).Get(it.Key)
+	if exists && equality.Semantic.DeepEqual(cached.Status, m.Status) {
 		return nil
 	}
 	var updated *virtv1.VirtualMachineInstanceMigration
 	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		updated, err = c.cfg.KubeVirt.Migrations(m.Namespace).UpdateStatus(ctx, m, metav1.UpdateOptions{})
+		updated, err = c.env.KubeVirt.Migrations(m.Namespace).UpdateStatus(ctx, m, metav1.UpdateOptions{})
 		return err
 	})
 	switch {
@@ -420,7 +421,7 @@ func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.Virtual
 func (c *Controller) failAndFinish(ctx context.Context, it item, s state, reason, message string) error {
 	m := s.m
 	klog.FromContext(ctx).V(2).Info("Migration failed", "migration", klog.KObj(m), "reason", reason)
-	c.cfg.Recorder.Eventf(m, corev1.EventTypeWarning, eventFailedMigration, "%s: %s", reason, message)
+	c.env.Recorder.Eventf(m, corev1.EventTypeWarning, eventFailedMigration, "%s: %s", reason, message)
 	setPhase(m, virtv1.MigrationFailed)
 	if m.Status.MigrationState == nil {
 		m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.UID}
@@ -445,12 +446,12 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 	m := s.m
 	if m.Status.Phase == virtv1.MigrationFailed && s.pod != nil && s.pod.DeletionTimestamp == nil {
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-			return c.cfg.Kube.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.pod.UID}})
+			return c.env.Kube.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.pod.UID}})
 		})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete target pod of migration %s: %w", it.Key, err)
 		}
-		c.cfg.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
+		c.env.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
 	}
 	if err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error { return c.permits.Release(ctx, m.UID) }); err != nil {
 		return err
@@ -466,7 +467,7 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 // collectGarbage keeps the newest final migrations of the VMI.
 func (c *Controller) collectGarbage(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance) error {
 	var final []*virtv1.VirtualMachineInstanceMigration
-	for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+	for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
 		if m.IsFinal() && m.DeletionTimestamp == nil {
 			final = append(final, m)
 		}
@@ -477,7 +478,7 @@ func (c *Controller) collectGarbage(ctx context.Context, it item, vmi *virtv1.Vi
 	sort.Slice(final, func(i, j int) bool { return final[i].CreationTimestamp.Before(&final[j].CreationTimestamp) })
 	for _, m := range final[:len(final)-finishedToKeep] {
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-			return c.cfg.KubeVirt.Migrations(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}})
+			return c.env.KubeVirt.Migrations(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}})
 		})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("delete old migration %s: %w", m.Name, err)
@@ -493,7 +494,7 @@ func (c *Controller) patchFinalizers(ctx context.Context, it item, m *virtv1.Vir
 	}
 	var updated *virtv1.VirtualMachineInstanceMigration
 	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		updated, err = c.cfg.KubeVirt.Migrations(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, finalizers, metav1.PatchOptions{})
+		updated, err = c.env.KubeVirt.Migrations(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, finalizers, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil {

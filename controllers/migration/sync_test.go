@@ -15,87 +15,44 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	kubefake "k8s.io/client-go/kubernetes/fake"
-	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
-	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/shard"
 )
 
-// fixture is a migration controller over fake clientsets: real informers
-// over the fakes; a test calls sync on one migration and reads the
-// actions.
+// fixture is the migration controller on the test kit; a test calls sync
+// on one migration.
 type fixture struct {
-	kube    *kubefake.Clientset
-	kv      *kvfake.Clientset
-	c       *Controller
-	ranges  shard.Ranges
-	cluster *caches.Cluster
-	cut     bool
+	*shardedtest.Fixture
+	c *Controller
 }
-
-// Deadline holds every range, for an hour, until cut.
-func (f *fixture) Deadline(int) (time.Time, bool) { return time.Now().Add(time.Hour), !f.cut }
-
-type staticConfig struct{ cfg *clusterconfig.Config }
-
-func (s staticConfig) Current() *clusterconfig.Config     { return s.cfg }
-func (staticConfig) OnChange(func(*clusterconfig.Config)) {}
 
 func newFixture(t *testing.T, kubeObjects []runtime.Object, kvObjects ...runtime.Object) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	ranges, err := shard.NewRanges(4, shard.KeyUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{kube: kubefake.NewClientset(kubeObjects...), kv: kvfake.NewClientset(kvObjects...), ranges: ranges}
-	// As the API server, a create stamps the creation time (the target
-	// pod's timeouts count from it).
-	f.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).CreationTimestamp = metav1.Now()
-		return false, nil, nil
-	})
-	cc := caches.Config{Kube: f.kube, KubeVirt: f.kv, Ranges: ranges}
-	rangeCaches := caches.NewRanges(cc)
-	f.cluster = caches.NewCluster(cc)
-	objects := caches.NewTemplateObjects(f.kube, metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme()), nil, "")
-	f.c, err = New(Config{Kube: f.kube, KubeVirt: f.kv, Fence: f, Ranges: ranges, Caches: rangeCaches, Cluster: f.cluster,
-		Namespace: "virtshard", Name: "virtshard", Options: template.DefaultOptions(),
-		ClusterConfig: staticConfig{clusterconfig.DefaultConfig("amd64")}, Objects: objects, Recorder: record.NewFakeRecorder(100)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.cluster.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := objects.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := range ranges.Count() {
-		if err := rangeCaches.Acquired(ctx, i); err != nil {
-			t.Fatal(err)
+	f := &fixture{}
+	f.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "migration", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		var err error
+		if f.c, err = newController(env, rt, DefaultOptions()); err != nil {
+			return nil, err
 		}
-	}
-	f.kube.ClearActions()
-	f.kv.ClearActions()
+		return f.c.declare(), nil
+	}}, shardedtest.Cluster{Objects: append(kubeObjects, kvObjects...)})
 	return f
 }
 
 // sync syncs migration m in the range of its VMI (or its own, without one).
 func (f *fixture) sync(t *testing.T, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance) error {
 	t.Helper()
-	rng := f.ranges.Of(m)
+	rng := f.Ranges.Of(m)
 	if vmi != nil {
-		rng = f.ranges.Owner(vmi)
+		rng = f.Ranges.Owner(vmi)
 	}
 	_, err := f.c.sync(context.Background(), item{Range: rng, Key: m.Namespace + "/" + m.Name})
 	return err
@@ -153,18 +110,18 @@ func TestSyncStartsAMigrationOfARunningVMI(t *testing.T) {
 	}
 	// The finalizer, then a permit, then the target pod, then the status.
 
-	if got := kvfake.Writes(f.kv.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstancemigrations", "update virtualmachineinstancemigrations/status"}) {
+	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstancemigrations", "update virtualmachineinstancemigrations/status"}) {
 		t.Fatalf("KubeVirt writes %q, want the finalizer patch and one status update", got)
 	}
-	finalizer := string(f.kv.Actions()[0].(k8stesting.PatchAction).GetPatch())
+	finalizer := string(f.KubeVirt.Actions()[0].(k8stesting.PatchAction).GetPatch())
 	if !strings.Contains(finalizer, Finalizer) || !strings.Contains(finalizer, `"resourceVersion":"2"`) {
 		t.Errorf("finalizer patch %s: want %s at the cached resourceVersion", finalizer, Finalizer)
 	}
-	kube := kvfake.Writes(f.kube.Actions())
+	kube := kvfake.Writes(f.Kube.Actions())
 	if !slices.Contains(kube, "create pods") || !slices.Contains(kube, "update configmaps") {
 		t.Fatalf("kube writes %q, want a permit written and the target pod created", kube)
 	}
-	if phase := statusOf(t, f.kv.Actions()).Phase; phase != virtv1.MigrationScheduling {
+	if phase := statusOf(t, f.KubeVirt.Actions()).Phase; phase != virtv1.MigrationScheduling {
 		t.Errorf("phase %s, want Scheduling once the target pod exists", phase)
 	}
 }
@@ -176,10 +133,10 @@ func TestSyncRefusesAMigrationOfAVMIThatIsNotRunning(t *testing.T) {
 	if err := f.sync(t, m, vmi); err != nil {
 		t.Fatal(err)
 	}
-	if kube := kvfake.Writes(f.kube.Actions()); slices.Contains(kube, "create pods") {
+	if kube := kvfake.Writes(f.Kube.Actions()); slices.Contains(kube, "create pods") {
 		t.Errorf("kube writes %q: no target pod for a VMI that does not run", kube)
 	}
-	status := statusOf(t, f.kv.Actions())
+	status := statusOf(t, f.KubeVirt.Actions())
 	if status.Phase != virtv1.MigrationFailed || len(status.Conditions) == 0 || status.Conditions[len(status.Conditions)-1].Reason != ReasonVMINotRunning {
 		t.Errorf("status %+v: want Failed for %s", status, ReasonVMINotRunning)
 	}
@@ -191,7 +148,7 @@ func TestSyncFailsAMigrationWhoseVMIDoesNotExist(t *testing.T) {
 	if err := f.sync(t, m, nil); err != nil {
 		t.Fatal(err)
 	}
-	status := statusOf(t, f.kv.Actions())
+	status := statusOf(t, f.KubeVirt.Actions())
 	if status.Phase != virtv1.MigrationFailed || status.Conditions[len(status.Conditions)-1].Reason != ReasonVMINotFound {
 		t.Errorf("status %+v: want Failed for %s, once the API server confirmed it", status, ReasonVMINotFound)
 	}
@@ -200,11 +157,11 @@ func TestSyncFailsAMigrationWhoseVMIDoesNotExist(t *testing.T) {
 func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 	m, vmi := newMigration(), runningVMI()
 	f := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, m, vmi)
-	f.cut = true
+	f.Fence.Cut()
 	if err := f.sync(t, m, vmi); err != nil && !errors.Is(err, sharded.ErrNotHeld) {
 		t.Fatalf("sync returned %v, want nothing or ErrNotHeld (the worker drops the item)", err)
 	}
-	if got := append(kvfake.Writes(f.kv.Actions()), kvfake.Writes(f.kube.Actions())...); len(got) != 0 {
+	if got := append(kvfake.Writes(f.KubeVirt.Actions()), kvfake.Writes(f.Kube.Actions())...); len(got) != 0 {
 		t.Errorf("writes %q for a range not held", got)
 	}
 }
@@ -217,7 +174,7 @@ func TestSyncHandsARunningTargetPodOffToTheNodes(t *testing.T) {
 	}
 	// The target pod runs and is ready on another node.
 	var target *corev1.Pod
-	for _, a := range f.kube.Actions() {
+	for _, a := range f.Kube.Actions() {
 		if c, ok := a.(k8stesting.CreateAction); ok && a.GetResource().Resource == "pods" {
 			target = c.GetObject().(*corev1.Pod).DeepCopy()
 		}
@@ -225,16 +182,16 @@ func TestSyncHandsARunningTargetPodOffToTheNodes(t *testing.T) {
 	target.UID, target.Spec.NodeName = "target-uid", "node-2"
 	target.Status.Phase = corev1.PodRunning
 	target.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if _, err := f.kube.CoreV1().Pods(vmi.Namespace).Update(context.Background(), target, metav1.UpdateOptions{}); err != nil {
+	if _, err := f.Kube.CoreV1().Pods(vmi.Namespace).Update(context.Background(), target, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The informers catch up with the pod and the migration's status.
 	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		r := f.c.cfg.Caches.Get(f.ranges.Owner(vmi))
-		obj, _, _ := f.cluster.Migrations.GetStore().GetByKey("default/m")
-		for _, pod := range r.PodsOf(vmi) {
+		r := f.Range(f.Ranges.Owner(vmi))
+		m, _, _ := kinds.Migrations.All(f.Env.Caches).Get("default/m")
+		for _, pod := range kinds.PodsOf(r, vmi) {
 			if pod.UID == "target-uid" && pod.Status.Phase == corev1.PodRunning {
-				return obj != nil && obj.(*virtv1.VirtualMachineInstanceMigration).Status.Phase == virtv1.MigrationScheduling, nil
+				return m != nil && m.Status.Phase == virtv1.MigrationScheduling, nil
 			}
 		}
 		return false, nil
@@ -242,12 +199,12 @@ func TestSyncHandsARunningTargetPodOffToTheNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal("the caches never showed the running target pod")
 	}
-	f.kv.ClearActions()
+	f.KubeVirt.ClearActions()
 	if err := f.sync(t, m, vmi); err != nil {
 		t.Fatal(err)
 	}
 	var handOff string
-	for _, a := range f.kv.Actions() {
+	for _, a := range f.KubeVirt.Actions() {
 		if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "virtualmachineinstances" {
 			handOff = string(p.GetPatch())
 		}
@@ -273,17 +230,17 @@ func inPhase(m *virtv1.VirtualMachineInstanceMigration, phase virtv1.VirtualMach
 // edit leaves it, into the cluster, and waits until the caches show it.
 func (f *fixture) addTargetPod(t *testing.T, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, source *corev1.Pod, edit func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
-	pod, err := f.c.renderTargetPod(f.ranges.Owner(vmi), m, vmi, source)
+	pod, err := f.c.renderTargetPod(f.Ranges.Owner(vmi), m, vmi, source)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pod.UID, pod.Spec.NodeName = "target-uid", "node-2"
 	edit(pod)
-	if err := f.kube.Tracker().Add(pod); err != nil {
+	if err := f.Kube.Tracker().Add(pod); err != nil {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		for _, p := range f.c.cfg.Caches.Get(f.ranges.Owner(vmi)).PodsOf(vmi) {
+		for _, p := range kinds.PodsOf(f.Range(f.Ranges.Owner(vmi)), vmi) {
 			if p.UID == pod.UID {
 				return true, nil
 			}
@@ -293,7 +250,7 @@ func (f *fixture) addTargetPod(t *testing.T, m *virtv1.VirtualMachineInstanceMig
 	if err != nil {
 		t.Fatal("the range cache never showed the target pod")
 	}
-	f.kube.ClearActions()
+	f.Kube.ClearActions()
 	return pod
 }
 
@@ -302,21 +259,21 @@ func (f *fixture) addTargetPod(t *testing.T, m *virtv1.VirtualMachineInstanceMig
 // went last.
 func (f *fixture) failedFor(t *testing.T, reason string) {
 	t.Helper()
-	status := statusOf(t, f.kv.Actions())
+	status := statusOf(t, f.KubeVirt.Actions())
 	if status.Phase != virtv1.MigrationFailed || len(status.Conditions) == 0 || status.Conditions[len(status.Conditions)-1].Reason != reason {
 		t.Errorf("status %+v: want Failed for %s", status, reason)
 	}
 	deleted := false
-	for _, a := range f.kube.Actions() {
+	for _, a := range f.Kube.Actions() {
 		if d, ok := a.(k8stesting.DeleteAction); ok && a.GetResource().Resource == "pods" {
 			p := d.GetDeleteOptions().Preconditions
 			deleted = d.GetName() != "" && p != nil && p.UID != nil && *p.UID == "target-uid"
 		}
 	}
 	if !deleted {
-		t.Errorf("kube writes %q: want the target pod deleted with its UID as precondition", kvfake.Writes(f.kube.Actions()))
+		t.Errorf("kube writes %q: want the target pod deleted with its UID as precondition", kvfake.Writes(f.Kube.Actions()))
 	}
-	kv := kvfake.Writes(f.kv.Actions())
+	kv := kvfake.Writes(f.KubeVirt.Actions())
 	if len(kv) == 0 || kv[len(kv)-1] != "patch virtualmachineinstancemigrations" {
 		t.Errorf("KubeVirt writes %q, want the finalizer released last", kv)
 	}
@@ -355,14 +312,14 @@ func TestSyncLooksAgainWhenATargetPodWouldTimeOut(t *testing.T) {
 	source := sourcePod(t, vmi)
 	f := newFixture(t, []runtime.Object{source}, m, vmi)
 	f.addTargetPod(t, m, vmi, source, func(p *corev1.Pod) { p.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Minute)) })
-	after, err := f.c.sync(context.Background(), item{Range: f.ranges.Owner(vmi), Key: "default/m"})
+	after, err := f.c.sync(context.Background(), item{Range: f.Ranges.Owner(vmi), Key: "default/m"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := DefaultPendingTimeout - time.Minute; after <= want-time.Minute || after > want {
 		t.Errorf("look again after %s, want when the pending timeout ends (about %s)", after, want)
 	}
-	if got := append(kvfake.Writes(f.kv.Actions()), kvfake.Writes(f.kube.Actions())...); len(got) != 0 {
+	if got := append(kvfake.Writes(f.KubeVirt.Actions()), kvfake.Writes(f.Kube.Actions())...); len(got) != 0 {
 		t.Errorf("writes %q for a target pod still within its timeouts, want none", got)
 	}
 }
@@ -399,16 +356,16 @@ func TestSyncOfASucceededMigrationLeavesTheSourcePodAndKeepsTheNewestFive(t *tes
 	if err := f.sync(t, m, vmi); err != nil {
 		t.Fatal(err)
 	}
-	if phase := statusOf(t, f.kv.Actions()).Phase; phase != virtv1.MigrationSucceeded {
+	if phase := statusOf(t, f.KubeVirt.Actions()).Phase; phase != virtv1.MigrationSucceeded {
 		t.Errorf("phase %s, want Succeeded", phase)
 	}
-	for _, a := range f.kube.Actions() {
+	for _, a := range f.Kube.Actions() {
 		if a.GetResource().Resource == "pods" && a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
 			t.Errorf("a pod write (%s %s): the source pod's virt-launcher exits by itself", a.GetVerb(), a.GetSubresource())
 		}
 	}
 	var deleted []string
-	for _, a := range f.kv.Actions() {
+	for _, a := range f.KubeVirt.Actions() {
 		if d, ok := a.(k8stesting.DeleteAction); ok && a.GetResource().Resource == "virtualmachineinstancemigrations" {
 			if p := d.GetDeleteOptions().Preconditions; p == nil || p.UID == nil {
 				t.Errorf("delete of %s without a UID precondition", d.GetName())

@@ -8,12 +8,13 @@
 // limits, ahead of users' migrations.
 //
 // Nodes are cluster-scoped and few: every replica watches all of them
-// (caches.Cluster) and acts only on the VMIs of the ranges it holds.
+// (package kinds, cluster-wide) and acts only on the VMIs of the ranges it holds.
 package node
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
@@ -21,21 +22,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/vmistatus"
-	"github.com/virtshard/virtshard/shard"
 )
 
 // Defaults.
@@ -55,100 +51,94 @@ const (
 	evacuationRecheck = 10 * time.Second
 )
 
-// Config wires the controller.
-type Config struct {
-	Kube     kubernetes.Interface
-	KubeVirt kubevirt.Interface
-	// Fence admits writes of the ranges this replica holds.
-	Fence   sharded.Fence
-	Ranges  shard.Ranges
-	Caches  *caches.Ranges
-	Cluster *caches.Cluster
+// Options of the node controller.
+type Options struct {
 	// GracePeriod a node may be NotReady.
 	GracePeriod time.Duration
 	// DrainTaintKey, when set, overrides the KubeVirt CR's
 	// migrations.nodeDrainTaintKey, which is read at every sync otherwise.
 	DrainTaintKey string
-	// ClusterConfig is the KubeVirt CR's configuration, current; required.
-	ClusterConfig ClusterConfig
-	// Recorder records the controller's events; required.
-	Recorder record.EventRecorder
-	// ReconcileMetrics record each reconcile; nil for none.
-	ReconcileMetrics *sharded.Metrics
 }
 
-// ClusterConfig is the KubeVirt CR's configuration as a
-// clusterconfig.Watcher serves it.
-type ClusterConfig interface {
-	Current() *clusterconfig.Config
-	OnChange(func(*clusterconfig.Config))
+// DefaultOptions are KubeVirt's.
+func DefaultOptions() Options { return Options{GracePeriod: DefaultGracePeriod} }
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.GracePeriod, "node-grace-period", o.GracePeriod, "fail the VMIs of a node NotReady this long")
+	fs.StringVar(&o.DrainTaintKey, "drain-taint-key", o.DrainTaintKey, "key of the NoSchedule taint that marks a node whose VMIs are migrated away; empty: the KubeVirt CR's nodeDrainTaintKey, followed live (kubevirt.io/drain without a CR)")
 }
 
-// Controller is the node controller of one replica.
-type Controller struct {
-	cfg    Config
-	queue  workqueue.TypedRateLimitingInterface[string]
-	writer *sharded.Writer
-}
-
-// New returns a controller registered with cfg.Caches.
-func New(cfg Config) (*Controller, error) {
-	if cfg.GracePeriod <= 0 {
-		cfg.GracePeriod = DefaultGracePeriod
-	}
-	if cfg.ClusterConfig == nil {
-		return nil, errors.New("node controller: no cluster configuration")
-	}
-	c := &Controller{
-		cfg:    cfg,
-		writer: sharded.NewWriter("node", cfg.Fence, cfg.ReconcileMetrics),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node"}),
-	}
-	return c, cfg.Caches.Register(c, cache.Indexers{byNode: func(obj any) ([]string, error) {
-		return []string{obj.(*virtv1.VirtualMachineInstance).Status.NodeName}, nil
-	}}, nil, nil)
-}
-
-// Run starts the workers and blocks until ctx is done; the cluster caches
-// must be running.
-func (c *Controller) Run(ctx context.Context, workers int) error {
-	enqueue := func(obj any) {
-		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			c.queue.Add(key)
-		}
-	}
-	if _, err := c.cfg.Cluster.Nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
-	}); err != nil {
-		return err
-	}
-	// Another drain taint key may mark other nodes: look at all of them.
-	c.cfg.ClusterConfig.OnChange(func(*clusterconfig.Config) {
-		for _, key := range c.cfg.Cluster.Nodes.GetStore().ListKeys() {
-			c.queue.Add(key)
-		}
-	})
-	klog.FromContext(ctx).Info("Node controller running", "workers", workers, "gracePeriod", c.cfg.GracePeriod,
-		"drainTaint", c.drainTaintKey(), "drainTaintOverride", c.cfg.DrainTaintKey)
-	// Nodes are not sharded: every replica looks at every node, and acts
-	// on the VMIs of its own ranges there.
-	return sharded.Work(ctx, "node", workers, c.queue, c.cfg.ReconcileMetrics, c.sync)
-}
-
-// Acquired implements caches.Consumer: the nodes of the range's VMIs are
-// looked at, for VMIs on nodes that went away while nobody held the range.
-func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
-	for _, key := range r.VMIs.Keys() {
-		if vmi, _, _ := r.VMIs.Get(key); vmi != nil && vmi.Status.NodeName != "" {
-			c.queue.Add(vmi.Status.NodeName)
-		}
+// Validate checks the options.
+func (o *Options) Validate() error {
+	if o.GracePeriod <= 0 {
+		return errors.New("--node-grace-period must be positive")
 	}
 	return nil
 }
 
-// Releasing implements caches.Consumer; the fence stops every write.
-func (c *Controller) Releasing(context.Context, int, shard.Reason) {}
+// Declare declares the node controller to the replica.
+func Declare(opts Options) sharded.Declaration {
+	return sharded.Declaration{Name: "node", Workers: 8, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		c, err := newController(env, rt, opts)
+		if err != nil {
+			return nil, err
+		}
+		return c.declare(), nil
+	}}
+}
+
+// Controller is the node controller of one replica.
+type Controller struct {
+	env  *sharded.Env
+	opts Options
+	rt   *sharded.Runtime
+}
+
+func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) (*Controller, error) {
+	if opts.GracePeriod <= 0 {
+		opts.GracePeriod = DefaultGracePeriod
+	}
+	if env.ClusterConfig == nil {
+		return nil, errors.New("no cluster configuration")
+	}
+	c := &Controller{env: env, opts: opts, rt: rt}
+	// Another drain taint key may mark other nodes: look at all of them.
+	env.ClusterConfig.OnChange(func(*clusterconfig.Config) {
+		for _, key := range kinds.Nodes.All(env.Caches).Keys() {
+			rt.Add(sharded.Cluster, key)
+		}
+	})
+	return c, nil
+}
+
+// declare is what the runtime runs. Nodes are not sharded: every replica
+// looks at every node (an item of sharded.Cluster), and acts on the VMIs
+// of its own ranges there. A range taken over has its VMIs' nodes looked
+// at again, for VMIs on nodes that went away while nobody held it. The
+// fence stops every write of a range handed off; nothing is kept per range.
+func (c *Controller) declare() *sharded.Controller {
+	nodeOf := func(vmi *virtv1.VirtualMachineInstance) []sharded.Item {
+		if vmi.Status.NodeName == "" {
+			return nil
+		}
+		return []sharded.Item{{Range: sharded.Cluster, Key: vmi.Status.NodeName}}
+	}
+	return &sharded.Controller{
+		Watches: []sharded.Watch{
+			sharded.Across(kinds.Nodes, sharded.Events[*corev1.Node]{Route: func(n *corev1.Node) []sharded.Item {
+				return []sharded.Item{{Range: sharded.Cluster, Key: n.Name}}
+			}}, nil),
+			sharded.On(kinds.VMIs, sharded.Events[*virtv1.VirtualMachineInstance]{Route: nodeOf, Initial: true},
+				cache.Indexers{byNode: func(obj any) ([]string, error) {
+					return []string{obj.(*virtv1.VirtualMachineInstance).Status.NodeName}, nil
+				}}),
+			sharded.Reading(kinds.LauncherPods.Watch(nil)),
+			sharded.Reading(kinds.Migrations.Watch(nil)),
+		},
+		Sync: c.sync,
+	}
+}
 
 // held is a VMI of a held range on the node.
 type held struct {
@@ -159,12 +149,12 @@ type held struct {
 
 func (c *Controller) vmisOn(node string) []held {
 	var out []held
-	for i := range c.cfg.Ranges.Count() {
-		r := c.cfg.Caches.Get(i)
+	for i := range c.env.Ranges.Count() {
+		r := c.env.Caches.Get(i)
 		if r == nil {
 			continue
 		}
-		vmis, _ := r.VMIs.ByIndex(byNode, node)
+		vmis, _ := kinds.VMIs.In(r).ByIndex(byNode, node)
 		for _, vmi := range vmis {
 			if !vmi.IsFinal() {
 				out = append(out, held{i, vmi, r})
@@ -174,8 +164,9 @@ func (c *Controller) vmisOn(node string) []held {
 	return out
 }
 
-func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
-	obj, exists, err := c.cfg.Cluster.Nodes.GetStore().GetByKey(name)
+func (c *Controller) sync(ctx context.Context, it sharded.Item) (time.Duration, error) {
+	name := it.Key
+	node, exists, err := kinds.Nodes.All(c.env.Caches).Get(name)
 	if err != nil {
 		return 0, err
 	}
@@ -186,9 +177,8 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if !exists {
 		return 0, c.failAll(ctx, name, vmis, "the node was deleted")
 	}
-	node := obj.(*corev1.Node)
 	if since, notReady := notReadySince(node); notReady {
-		if left := c.cfg.GracePeriod - time.Since(since); left > 0 {
+		if left := c.opts.GracePeriod - time.Since(since); left > 0 {
 			return left, nil
 		}
 		return 0, c.failAll(ctx, name, vmis, fmt.Sprintf("the node has been NotReady since %s", since.Format(time.RFC3339)))
@@ -216,10 +206,10 @@ func notReadySince(node *corev1.Node) (time.Time, bool) {
 // drainTaintKey is the drain taint key in force now: the override, else
 // the KubeVirt CR's.
 func (c *Controller) drainTaintKey() string {
-	if c.cfg.DrainTaintKey != "" {
-		return c.cfg.DrainTaintKey
+	if c.opts.DrainTaintKey != "" {
+		return c.opts.DrainTaintKey
 	}
-	return ptr.Deref(c.cfg.ClusterConfig.Current().Migrations().NodeDrainTaintKey, DefaultDrainTaintKey)
+	return ptr.Deref(c.env.ClusterConfig.Current().Migrations().NodeDrainTaintKey, DefaultDrainTaintKey)
 }
 
 // drained reports a taint of key with effect NoSchedule, the taint
@@ -245,12 +235,12 @@ func (c *Controller) failAll(ctx context.Context, node string, vmis []held, why 
 		if err != nil {
 			return err
 		}
-		for _, pod := range h.r.PodsOf(h.vmi) {
+		for _, pod := range kinds.PodsOf(h.r, h.vmi) {
 			if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil {
 				continue
 			}
-			err := c.writer.Write(ctx, h.rng, func(ctx context.Context) error {
-				return c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+			err := c.rt.Write(ctx, h.rng, func(ctx context.Context) error {
+				return c.env.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 			})
 			if err != nil && !apierrors.IsNotFound(err) && !errors.Is(err, sharded.ErrNotHeld) {
 				return fmt.Errorf("delete launcher pod %s: %w", pod.Name, err)
@@ -274,8 +264,8 @@ func (c *Controller) fail(ctx context.Context, h held, why string) error {
 	if err != nil {
 		return err
 	}
-	err = c.writer.Write(ctx, h.rng, func(ctx context.Context) error {
-		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	err = c.rt.Write(ctx, h.rng, func(ctx context.Context) error {
+		_, err := c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, body, metav1.PatchOptions{})
 		return err
 	})
 	switch {
@@ -284,7 +274,7 @@ func (c *Controller) fail(ctx context.Context, h held, why string) error {
 	case err != nil:
 		return fmt.Errorf("fail VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
-	c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonNodeUnresponsive, "VMI failed: %s on node %s", why, vmi.Status.NodeName)
+	c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonNodeUnresponsive, "VMI failed: %s on node %s", why, vmi.Status.NodeName)
 	return nil
 }
 
@@ -293,11 +283,11 @@ func (c *Controller) fail(ctx context.Context, h held, why string) error {
 func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []held) error {
 	for _, h := range vmis {
 		vmi := h.vmi
-		if !c.writer.Holds(h.rng) || vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || !migratable(vmi) {
+		if !c.rt.Holds(h.rng) || vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || !migratable(vmi) {
 			continue
 		}
 		busy := false
-		for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+		for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
 			busy = busy || !m.IsFinal()
 		}
 		if busy {
@@ -312,18 +302,18 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
 		}
 		var created *virtv1.VirtualMachineInstanceMigration
-		err := c.writer.Write(ctx, h.rng, func(ctx context.Context) (err error) {
-			created, err = c.cfg.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
+		err := c.rt.Write(ctx, h.rng, func(ctx context.Context) (err error) {
+			created, err = c.env.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
 			return err
 		})
 		if errors.Is(err, sharded.ErrNotHeld) {
 			continue
 		}
 		if err != nil {
-			c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
+			c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
 			return fmt.Errorf("create evacuation migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
-		c.cfg.Recorder.Eventf(vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created evacuation migration %s off node %s", created.Name, node.Name)
+		c.env.Recorder.Eventf(vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created evacuation migration %s off node %s", created.Name, node.Name)
 	}
 	return nil
 }
@@ -341,5 +331,3 @@ func migratable(vmi *virtv1.VirtualMachineInstance) bool {
 	}
 	return true
 }
-
-var _ caches.Consumer = (*Controller)(nil)

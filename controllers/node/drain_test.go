@@ -8,13 +8,9 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 )
-
-// staticConfig serves one configuration.
-type staticConfig struct{ cfg *clusterconfig.Config }
-
-func (s staticConfig) Current() *clusterconfig.Config     { return s.cfg }
-func (staticConfig) OnChange(func(*clusterconfig.Config)) {}
 
 func TestDrainTaintKeyComesFromTheKubeVirtCRUnlessOverridden(t *testing.T) {
 	kv := &virtv1.KubeVirt{Spec: virtv1.KubeVirtSpec{Configuration: virtv1.KubeVirtConfiguration{
@@ -35,7 +31,7 @@ func TestDrainTaintKeyComesFromTheKubeVirtCRUnlessOverridden(t *testing.T) {
 		{"the flag overrides the CR", fromCR, "flag.example.com/drain", "flag.example.com/drain"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Controller{cfg: Config{DrainTaintKey: tc.override, ClusterConfig: staticConfig{tc.cfg}}}
+			c := &Controller{opts: Options{DrainTaintKey: tc.override}, env: &sharded.Env{ClusterConfig: shardedtest.StaticConfig{Config: tc.cfg}}}
 			if got := c.drainTaintKey(); got != tc.want {
 				t.Errorf("drain taint key %q, want %q", got, tc.want)
 			}

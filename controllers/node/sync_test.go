@@ -12,66 +12,40 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
-	"github.com/virtshard/virtshard/controllers/caches"
-	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 	"github.com/virtshard/virtshard/shard"
 )
 
-// fixture is a node controller over fake clientsets: real informers over
-// the fakes; a test calls sync on one node and reads the actions.
+// fixture is the node controller on the test kit; a test calls sync on
+// one node.
 type fixture struct {
-	kube   *kubefake.Clientset
-	kv     *kvfake.Clientset
-	c      *Controller
-	ranges shard.Ranges
-	held   map[int]bool
-}
-
-// Deadline holds the ranges in held, for an hour.
-func (f *fixture) Deadline(rng int) (time.Time, bool) { return time.Now().Add(time.Hour), f.held[rng] }
-
-func testRanges(t *testing.T) shard.Ranges {
-	ranges, err := shard.NewRanges(4, shard.KeyUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ranges
+	*shardedtest.Fixture
+	c *Controller
 }
 
 func newFixture(t *testing.T, kubeObjects []runtime.Object, vmis ...runtime.Object) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	f := &fixture{kube: kubefake.NewClientset(kubeObjects...), kv: kvfake.NewClientset(vmis...), ranges: testRanges(t), held: map[int]bool{}}
-	for i := range f.ranges.Count() {
-		f.held[i] = true
-	}
-	cc := caches.Config{Kube: f.kube, KubeVirt: f.kv, Ranges: f.ranges}
-	rangeCaches, cluster := caches.NewRanges(cc), caches.NewCluster(cc)
-	var err error
-	f.c, err = New(Config{Kube: f.kube, KubeVirt: f.kv, Fence: f, Ranges: f.ranges, Caches: rangeCaches, Cluster: cluster,
-		GracePeriod: time.Minute, ClusterConfig: staticConfig{clusterconfig.DefaultConfig("amd64")}, Recorder: record.NewFakeRecorder(100)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := range f.ranges.Count() {
-		if err := rangeCaches.Acquired(ctx, i); err != nil {
-			t.Fatal(err)
+	f := &fixture{}
+	f.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "node", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		var err error
+		f.c, err = newController(env, rt, Options{GracePeriod: time.Minute})
+		if err != nil {
+			return nil, err
 		}
-	}
-	f.kube.ClearActions()
-	f.kv.ClearActions()
+		return f.c.declare(), nil
+	}}, shardedtest.Cluster{Objects: append(kubeObjects, vmis...)})
 	return f
+}
+
+// syncNode syncs the node named name.
+func (f *fixture) syncNode(name string) (time.Duration, error) {
+	return f.c.sync(context.Background(), sharded.Item{Range: sharded.Cluster, Key: name})
 }
 
 func notReadyNode(since time.Time) *corev1.Node {
@@ -97,21 +71,21 @@ func launcherPod(vmi *virtv1.VirtualMachineInstance, rng string) *corev1.Pod {
 
 func TestSyncFailsTheVMIsOfANodeNotReadyPastItsGracePeriod(t *testing.T) {
 	vmi := runningVMI("a")
-	rng := testRanges(t).Owner(vmi)
+	rng := shardedtest.Ranges(t).Owner(vmi)
 	f := newFixture(t, []runtime.Object{notReadyNode(time.Now().Add(-2 * time.Minute)), launcherPod(vmi, strconv.Itoa(rng))}, vmi)
-	if _, err := f.c.sync(context.Background(), "node-1"); err != nil {
+	if _, err := f.syncNode("node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := kvfake.Writes(f.kv.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstances"}) {
+	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstances"}) {
 		t.Fatalf("KubeVirt writes %q, want the VMI patched Failed", got)
 	}
-	patch := string(f.kv.Actions()[0].(k8stesting.PatchAction).GetPatch())
+	patch := string(f.KubeVirt.Actions()[0].(k8stesting.PatchAction).GetPatch())
 	for _, want := range []string{`"phase":"Failed"`, `"reason":"` + ReasonNodeUnresponsive + `"`, `"resourceVersion":"4"`, `"phase":"Failed","phaseTransitionTimestamp"`} {
 		if !strings.Contains(patch, want) {
 			t.Errorf("patch %s lacks %s", patch, want)
 		}
 	}
-	actions := f.kube.Actions()
+	actions := f.Kube.Actions()
 	if got := kvfake.Writes(actions); !slices.Equal(got, []string{"delete pods"}) {
 		t.Fatalf("kube writes %q, want the launcher pod deleted", got)
 	}
@@ -123,14 +97,14 @@ func TestSyncFailsTheVMIsOfANodeNotReadyPastItsGracePeriod(t *testing.T) {
 func TestSyncWaitsOutTheGracePeriod(t *testing.T) {
 	vmi := runningVMI("a")
 	f := newFixture(t, []runtime.Object{notReadyNode(time.Now().Add(-10 * time.Second))}, vmi)
-	after, err := f.c.sync(context.Background(), "node-1")
+	after, err := f.syncNode("node-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after <= 0 || after > time.Minute {
 		t.Errorf("look again after %s, want within the grace period left", after)
 	}
-	if got := append(kvfake.Writes(f.kv.Actions()), kvfake.Writes(f.kube.Actions())...); len(got) != 0 {
+	if got := append(kvfake.Writes(f.KubeVirt.Actions()), kvfake.Writes(f.Kube.Actions())...); len(got) != 0 {
 		t.Errorf("writes %q during the grace period", got)
 	}
 }
@@ -138,11 +112,11 @@ func TestSyncWaitsOutTheGracePeriod(t *testing.T) {
 func TestSyncLeavesTheVMIsOfRangesNotHeld(t *testing.T) {
 	vmi := runningVMI("a")
 	f := newFixture(t, []runtime.Object{notReadyNode(time.Now().Add(-2 * time.Minute))}, vmi)
-	f.held[f.ranges.Owner(vmi)] = false
-	if _, err := f.c.sync(context.Background(), "node-1"); err != nil {
+	f.Fence.Drop(f.Ranges.Owner(vmi))
+	if _, err := f.syncNode("node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := append(kvfake.Writes(f.kv.Actions()), kvfake.Writes(f.kube.Actions())...); len(got) != 0 {
+	if got := append(kvfake.Writes(f.KubeVirt.Actions()), kvfake.Writes(f.Kube.Actions())...); len(got) != 0 {
 		t.Errorf("writes %q for another replica's VMI", got)
 	}
 }
@@ -153,14 +127,14 @@ func TestSyncEvacuatesADrainedNode(t *testing.T) {
 		Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: DefaultDrainTaintKey, Effect: corev1.TaintEffectNoSchedule}}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 	f := newFixture(t, []runtime.Object{node}, vmi)
-	after, err := f.c.sync(context.Background(), "node-1")
+	after, err := f.syncNode("node-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := kvfake.Writes(f.kv.Actions()); !slices.Equal(got, []string{"create virtualmachineinstancemigrations"}) || after != evacuationRecheck {
+	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Equal(got, []string{"create virtualmachineinstancemigrations"}) || after != evacuationRecheck {
 		t.Fatalf("writes %q, next look after %s: want one evacuation migration, looked at again after %s", got, after, evacuationRecheck)
 	}
-	m := f.kv.Actions()[0].(k8stesting.CreateAction).GetObject().(*virtv1.VirtualMachineInstanceMigration)
+	m := f.KubeVirt.Actions()[0].(k8stesting.CreateAction).GetObject().(*virtv1.VirtualMachineInstanceMigration)
 	if m.Spec.VMIName != "a" || m.Annotations[virtv1.EvacuationMigrationAnnotation] != "node-1" {
 		t.Errorf("migration %+v: want VMI a evacuated off node-1", m)
 	}

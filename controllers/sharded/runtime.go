@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/replica/profiling"
 )
 
@@ -51,6 +52,10 @@ type Runtime struct {
 	cfg   Config
 	queue workqueue.TypedRateLimitingInterface[Item]
 	gate  *Gate
+
+	// ctrl is the controller the runtime runs (Start), reading caches.
+	ctrl   *Controller
+	caches *caches.Ranges
 }
 
 // New returns a runtime with every range open.
@@ -70,24 +75,22 @@ func New(cfg Config) *Runtime {
 // Add queues the object key of range rng.
 func (r *Runtime) Add(rng int, key string) { r.queue.Add(Item{rng, key}) }
 
+func (r *Runtime) add(it Item) { r.queue.Add(it) }
+
 // AddAfter queues the object key of range rng after d.
 func (r *Runtime) AddAfter(rng int, key string, d time.Duration) { r.queue.AddAfter(Item{rng, key}, d) }
 
 // Len is the number of items queued and not being reconciled.
 func (r *Runtime) Len() int { return r.queue.Len() }
 
-// Acquired opens range rng to syncs: the replica holds it (again).
-func (r *Runtime) Acquired(rng int) { r.gate.Open(rng) }
-
-// Releasing closes range rng to new syncs and waits for those under way
-// (or ctx): after it returns, no sync of the range acts until Acquired.
-func (r *Runtime) Releasing(ctx context.Context, rng int) { r.gate.Release(ctx, rng) }
-
 // Run runs workers workers of reconcile until ctx is done; a reconcile runs only
-// while its range is held and not being released. It returns once the
-// workers have stopped.
+// while its range is held and not being released, or is Cluster's. It
+// returns once the workers have stopped.
 func (r *Runtime) Run(ctx context.Context, workers int, reconcile SyncFunc[Item]) error {
 	return Work(ctx, r.cfg.Name, workers, r.queue, r.cfg.Metrics, func(ctx context.Context, it Item) (time.Duration, error) {
+		if it.Range == Cluster {
+			return reconcile(ctx, it)
+		}
 		if !r.gate.Enter(it.Range) {
 			return 0, nil // not ours (any more): the next owner reconciles it
 		}

@@ -134,12 +134,12 @@ func TestRuntimeSyncsNothingOfAReleasedRange(t *testing.T) {
 		synced <- it
 		return 0, nil
 	})
-	r.Releasing(context.Background(), 0)
+	r.gate.Release(context.Background(), 0)
 	f.held[1].Store(false)
 	r.Add(0, "ns/released")
 	r.Add(1, "ns/not-held")
 	time.Sleep(50 * time.Millisecond)
-	r.Acquired(0)
+	r.gate.Open(0)
 	r.Add(0, "ns/acquired")
 	if it := <-synced; it != (Item{0, "ns/acquired"}) {
 		t.Errorf("synced %v, want only the item of the range acquired again", it)

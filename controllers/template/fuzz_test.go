@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/shard"
 )
 
 // FuzzRender renders arbitrary VMIs (JSON): whatever the spec, a VMI that
@@ -52,8 +53,8 @@ func FuzzRender(f *testing.F) {
 		if pod.Name != PodName(vmi) || len(pod.Name) > 63 {
 			t.Fatalf("pod name %q (%d characters), want PodName's, at most 63", pod.Name, len(pod.Name))
 		}
-		if pod.Labels[opts.RangeLabel] != strconv.Itoa(int(rng)) {
-			t.Fatalf("range label %q, want %d", pod.Labels[opts.RangeLabel], rng)
+		if pod.Labels[shard.LabelRange] != strconv.Itoa(int(rng)) {
+			t.Fatalf("range label %q, want %d", pod.Labels[shard.LabelRange], rng)
 		}
 		// KubeVirt requests the requested memory, else the guest's, plus
 		// the overhead.

@@ -16,6 +16,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/shard"
 )
 
 const (
@@ -51,8 +52,6 @@ type Options struct {
 	// SidecarShimImage runs hook sidecars that name no image
 	// (virt-operator's SIDECAR_SHIM_IMAGE).
 	SidecarShimImage string
-	// RangeLabel is the label carrying the owning shard range.
-	RangeLabel string
 	// DefaultArchitecture is set on VMIs without one.
 	DefaultArchitecture string
 }
@@ -64,7 +63,6 @@ func DefaultOptions() Options {
 		LauncherImage:       "quay.io/kubevirt/virt-launcher:v1.8.1",
 		QEMUTimeout:         240 * time.Second,
 		SidecarShimImage:    "quay.io/kubevirt/sidecar-shim:v1.8.1",
-		RangeLabel:          "virtshard.io/range",
 		DefaultArchitecture: "amd64",
 	}
 }
@@ -291,7 +289,6 @@ func render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster C
 
 	host := hostname(vmi)
 	labels := podLabels(vmi, host)
-	labels[opts.RangeLabel] = strconv.Itoa(rng)
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -335,6 +332,8 @@ func render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster C
 		pod.Spec.AutomountServiceAccountToken = ptr.To(strings.EqualFold(vmi.Annotations[istioInjectSidecar], "true"))
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, extraVolumes...)
+	// On its VMI's range, so that the replica holding the VMI caches it.
+	shard.StampRange(pod, rng)
 	return pod, nil
 }
 

@@ -1,50 +1,56 @@
 package vm
 
 import (
-	"context"
+	"errors"
+	"flag"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/client/kubevirt"
-	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/expectations"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
-	"github.com/virtshard/virtshard/shard"
 )
 
 // DefaultMaxStartBackoff is KubeVirt's cap on the crash-loop backoff
 // (defaultMaxCrashLoopBackoffDelaySeconds).
 const DefaultMaxStartBackoff = 300 * time.Second
 
-// Config wires the controller.
-type Config struct {
-	Kube     kubernetes.Interface
-	KubeVirt kubevirt.Interface
-	// Fence admits syncs and writes of the ranges this replica holds.
-	Fence  sharded.Fence
-	Ranges shard.Ranges
-	// Caches are the held ranges' informers; New registers the controller.
-	Caches *caches.Ranges
+// Options of the VM controller.
+type Options struct {
 	// MaxStartBackoff caps the wait before restarting a VMI that failed
 	// before it ever ran; the first waits are a 30th of it, growing with
 	// the square of the failures, as KubeVirt's.
 	MaxStartBackoff time.Duration
-	Clock           clock.WithTicker
-	// Recorder records the controller's events; required.
-	Recorder record.EventRecorder
-	// ReconcileMetrics record each reconcile; nil for none.
-	ReconcileMetrics *sharded.Metrics
+}
+
+// DefaultOptions are KubeVirt's.
+func DefaultOptions() Options { return Options{MaxStartBackoff: DefaultMaxStartBackoff} }
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.MaxStartBackoff, "max-start-backoff", o.MaxStartBackoff, "cap of the wait before a VM whose VMI failed before running is started again")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	if o.MaxStartBackoff <= 0 {
+		return errors.New("--max-start-backoff must be positive")
+	}
+	return nil
+}
+
+// Declare declares the VM controller to the replica.
+func Declare(opts Options) sharded.Declaration {
+	return sharded.Declaration{Name: "vm", Workers: 8, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		return newController(env, rt, opts).declare(), nil
+	}}
 }
 
 // Controller is the VM controller of one replica.
 type Controller struct {
-	cfg          Config
+	env          *sharded.Env
+	opts         Options
 	rt           *sharded.Runtime
 	expectations *expectations.Expectations
 }
@@ -52,61 +58,39 @@ type Controller struct {
 // item is a queued VM: its range and namespace/name.
 type item = sharded.Item
 
-// New returns a controller registered with cfg.Caches.
-func New(cfg Config) (*Controller, error) {
-	if cfg.MaxStartBackoff <= 0 {
-		cfg.MaxStartBackoff = DefaultMaxStartBackoff
+func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) *Controller {
+	if opts.MaxStartBackoff <= 0 {
+		opts.MaxStartBackoff = DefaultMaxStartBackoff
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	c := &Controller{
-		cfg:          cfg,
-		rt:           sharded.New(sharded.Config{Name: "vm", Ranges: cfg.Ranges.Count(), Fence: cfg.Fence, Clock: cfg.Clock, Metrics: cfg.ReconcileMetrics}),
-		expectations: expectations.New(cfg.Ranges.Count(), cfg.Clock),
-	}
-	return c, cfg.Caches.Register(c, nil, nil, nil)
+	return &Controller{env: env, opts: opts, rt: rt, expectations: expectations.New(env.Ranges.Count(), env.Clock)}
 }
 
-// Run starts the workers and blocks until ctx is done. Ranges come and go
-// through Acquired/Releasing.
-func (c *Controller) Run(ctx context.Context, workers int) error {
-	klog.FromContext(ctx).Info("VM controller running", "workers", workers)
-	return c.rt.Run(ctx, workers, c.sync)
-}
-
-// Acquired implements caches.Consumer: watch range r's VMs and VMIs; the
-// informers replay what they hold, which queues every VM of the range.
-func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
-	c.rt.Acquired(r.Index)
-	if _, err := r.VMs.AddEventHandler(c.vmHandler(r.Index)); err != nil {
-		return err
+// declare is what the runtime runs: a range's VMs queue themselves, the
+// VMIs they control queue them and feed the expectations. A handoff
+// forgets the range's expectations; the next owner starts from the
+// objects.
+func (c *Controller) declare() *sharded.Controller {
+	return &sharded.Controller{
+		Watches: []sharded.Watch{
+			sharded.On(kinds.VMs, sharded.Events[*virtv1.VirtualMachine]{Keys: sharded.ItsOwnKey[*virtv1.VirtualMachine]}, nil),
+			sharded.On(kinds.VMIs, c.vmiEvents(), nil),
+		},
+		Sync:   c.sync,
+		Forget: c.expectations.DropRange,
 	}
-	return r.VMIs.AddEventHandler(c.vmiHandler(r.Index))
-}
-
-// Releasing implements caches.Consumer: stop acting on range i and forget
-// its expectations; the next owner starts from the objects.
-func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
-	c.rt.Releasing(ctx, i)
-	c.expectations.DropRange(i)
 }
 
 // wrote records a VM our write returned, for the next syncs of its range.
 func (c *Controller) wrote(rng int, vm *virtv1.VirtualMachine) {
-	if r := c.cfg.Caches.Get(rng); r != nil {
-		r.WroteVM(vm)
+	if r := c.env.Caches.Get(rng); r != nil {
+		kinds.VMs.In(r).Wrote(vm)
 	}
 }
 
-func (c *Controller) vmHandler(rng int) cache.ResourceEventHandler {
-	return sharded.Handler(c.rt, rng, sharded.Events[*virtv1.VirtualMachine]{Keys: sharded.ItsOwnKey[*virtv1.VirtualMachine]})
-}
-
-// vmiHandler maps VMIs that a VM controls to their VM and feeds the
+// vmiEvents map VMIs that a VM controls to their VM and feed the
 // expectations.
-func (c *Controller) vmiHandler(rng int) cache.ResourceEventHandler {
-	return sharded.Handler(c.rt, rng, sharded.Events[*virtv1.VirtualMachineInstance]{
+func (c *Controller) vmiEvents() sharded.Events[*virtv1.VirtualMachineInstance] {
+	return sharded.Events[*virtv1.VirtualMachineInstance]{
 		Keys:  sharded.ControllerKey[*virtv1.VirtualMachineInstance](virtv1.VirtualMachineGroupVersionKind.Kind),
 		Added: func(rng int, key string, _ *virtv1.VirtualMachineInstance) { c.expectations.CreationObserved(rng, key) },
 		Updated: func(rng int, key string, old, cur *virtv1.VirtualMachineInstance) {
@@ -119,7 +103,5 @@ func (c *Controller) vmiHandler(rng int) cache.ResourceEventHandler {
 		Deleted: func(rng int, key string, vmi *virtv1.VirtualMachineInstance) {
 			c.expectations.DeletionObserved(rng, key, vmi.UID)
 		},
-	})
+	}
 }
-
-var _ caches.Consumer = (*Controller)(nil)

@@ -33,7 +33,7 @@ func (c *Controller) writeStatus(ctx context.Context, it item, o observed, syncE
 	update.Status = status
 	var updated *virtv1.VirtualMachine
 	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		updated, err = c.cfg.KubeVirt.VirtualMachines(vm.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
+		updated, err = c.env.KubeVirt.VirtualMachines(vm.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -49,7 +49,7 @@ func (c *Controller) writeStatus(ctx context.Context, it item, o observed, syncE
 // status is the VM's status as the sync observed it.
 func (c *Controller) status(o observed, syncErr *syncError) virtv1.VirtualMachineStatus {
 	vm, vmi := o.vm, o.vmi
-	now := metav1.NewTime(c.cfg.Clock.Now())
+	now := metav1.NewTime(c.env.Clock.Now())
 	status := *vm.Status.DeepCopy()
 	status.Created = vmi != nil
 	status.Ready = vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceReady, corev1.ConditionTrue, "")
@@ -88,7 +88,7 @@ func (c *Controller) startFailure(o observed, cur *virtv1.VirtualMachineStartFai
 	if cur != nil {
 		n = cur.ConsecutiveFailCount + 1
 	}
-	retry := metav1.NewTime(now.Add(startBackoff(n, c.cfg.MaxStartBackoff, rand.Int64N)))
+	retry := metav1.NewTime(now.Add(startBackoff(n, c.opts.MaxStartBackoff, rand.Int64N)))
 	return &virtv1.VirtualMachineStartFailure{ConsecutiveFailCount: n, LastFailedVMIUID: vmi.UID, RetryAfterTimestamp: &retry}
 }
 

@@ -159,7 +159,7 @@ func TestStateChangeRequestsAreConsumedWhenDone(t *testing.T) {
 }
 
 func TestStartFailureCountsVMIsThatNeverRan(t *testing.T) {
-	c := &Controller{cfg: Config{MaxStartBackoff: DefaultMaxStartBackoff}}
+	c := &Controller{opts: DefaultOptions()}
 	now := time.Now()
 	failedEarly := vmiIn(virtv1.Failed)
 	ranThenFailed := vmiIn(virtv1.Failed)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/shard"
@@ -42,14 +43,14 @@ type observed struct {
 // sync reconciles one VM. It returns how long to wait before the next sync
 // when time alone will change the answer (a start backoff).
 func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
-	r := c.cfg.Caches.Get(it.Range)
+	r := c.env.Caches.Get(it.Range)
 	if r == nil {
 		return 0, nil
 	}
 	// The latest copy: what a write of ours returned a moment ago, while
 	// the informer lags, so that a start failure or a consumed request is
 	// not acted on as if it were not.
-	cached, exists, err := r.LatestVM(it.Key)
+	cached, exists, err := kinds.VMs.In(r).Latest(it.Key)
 	if err != nil {
 		return 0, err
 	}
@@ -57,7 +58,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		c.expectations.Delete(it.Range, it.Key)
 		// A VMI whose VM is gone (deleted with orphan propagation) must not
 		// keep our finalizer forever.
-		if vmi, _, err := r.VMIs.Get(it.Key); err == nil && vmi != nil && metav1.GetControllerOf(vmi) != nil &&
+		if vmi, _, err := kinds.VMIs.In(r).Get(it.Key); err == nil && vmi != nil && metav1.GetControllerOf(vmi) != nil &&
 			metav1.GetControllerOf(vmi).Kind == virtv1.VirtualMachineGroupVersionKind.Kind {
 			orphan := *vmi
 			orphan.DeletionTimestamp = &metav1.Time{} // done, as far as the VM is concerned
@@ -67,7 +68,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	}
 	// A copy: the sync goes on from what its own writes return.
 	o := observed{vm: cached.DeepCopy()}
-	vmi, _, err := r.VMIs.Get(it.Key)
+	vmi, _, err := kinds.VMIs.In(r).Get(it.Key)
 	if err != nil {
 		return 0, err
 	}
@@ -100,7 +101,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	o.creating, o.deleting = adds > 0, dels > 0
 	if syncErr != nil && !hasFailure(o.vm, syncErr.reason) {
 		// Once, as the Failure condition appears: not on every retry.
-		c.cfg.Recorder.Event(o.vm, corev1.EventTypeWarning, syncErr.reason, syncErr.message)
+		c.env.Recorder.Event(o.vm, corev1.EventTypeWarning, syncErr.reason, syncErr.message)
 	}
 	if err := c.writeStatus(ctx, it, o, syncErr); err != nil {
 		return 0, err
@@ -194,7 +195,7 @@ func (c *Controller) requests(o *observed) (start, stop bool) {
 // which case it says when to look again.
 func (c *Controller) startAfterBackoff(ctx context.Context, it item, vm *virtv1.VirtualMachine) (time.Duration, error) {
 	if f := vm.Status.StartFailure; f != nil && f.RetryAfterTimestamp != nil {
-		if left := f.RetryAfterTimestamp.Sub(c.cfg.Clock.Now()); left > 0 {
+		if left := f.RetryAfterTimestamp.Sub(c.env.Clock.Now()); left > 0 {
 			return left, nil
 		}
 	}
@@ -213,10 +214,7 @@ func newVMI(vm *virtv1.VirtualMachine, rng int) (*virtv1.VirtualMachineInstance,
 	}
 	vmi.Name, vmi.GenerateName, vmi.Namespace = vm.Name, "", vm.Namespace
 	vmi.ResourceVersion, vmi.UID = "", ""
-	if vmi.Labels == nil {
-		vmi.Labels = map[string]string{}
-	}
-	vmi.Labels[shard.LabelRange] = strconv.Itoa(rng)
+	shard.StampRange(vmi, rng)
 	if vmi.Annotations == nil {
 		vmi.Annotations = map[string]string{}
 	}
@@ -236,7 +234,7 @@ func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 	var created *virtv1.VirtualMachineInstance
 	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
 		c.expectations.ExpectCreations(it.Range, it.Key, 1)
-		if created, err = c.cfg.KubeVirt.VirtualMachineInstances(vm.Namespace).Create(ctx, vmi, metav1.CreateOptions{}); err != nil {
+		if created, err = c.env.KubeVirt.VirtualMachineInstances(vm.Namespace).Create(ctx, vmi, metav1.CreateOptions{}); err != nil {
 			c.expectations.CreationObserved(it.Range, it.Key)
 		}
 		return err
@@ -254,7 +252,7 @@ func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 		return fmt.Errorf("create VMI %s: %w", it.Key, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Started VM", "vm", klog.KObj(vm), "vmi", created.UID)
-	c.cfg.Recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulCreate", "Started the virtual machine by creating the new virtual machine instance %s", created.Name)
+	c.env.Recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulCreate", "Started the virtual machine by creating the new virtual machine instance %s", created.Name)
 	return nil
 }
 
@@ -269,7 +267,7 @@ type errForeign struct{ *syncError }
 // alreadyExists tells a VMI our own create made (the cache lags) from a
 // foreign one that holds the name.
 func (c *Controller) alreadyExists(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
-	existing, err := c.cfg.KubeVirt.VirtualMachineInstances(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
+	existing, err := c.env.KubeVirt.VirtualMachineInstances(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("get VMI %s: %w", it.Key, err)
 	}
@@ -282,7 +280,7 @@ func (c *Controller) alreadyExists(ctx context.Context, it item, vm *virtv1.Virt
 func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) error {
 	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
 		c.expectations.ExpectDeletions(it.Range, it.Key, vmi.UID)
-		err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Delete(ctx, vmi.Name, metav1.DeleteOptions{
+		err := c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Delete(ctx, vmi.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &vmi.UID},
 		})
 		if err != nil {
@@ -294,11 +292,11 @@ func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || errors.Is(err, sharded.ErrNotHeld) {
 			return nil // gone, or another VMI by now: the informer tells
 		}
-		c.cfg.Recorder.Eventf(vm, corev1.EventTypeWarning, "FailedDelete", "Error deleting virtual machine instance %s: %v", vmi.Name, err)
+		c.env.Recorder.Eventf(vm, corev1.EventTypeWarning, "FailedDelete", "Error deleting virtual machine instance %s: %v", vmi.Name, err)
 		return fmt.Errorf("delete VMI %s: %w", it.Key, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Stopped VM", "vm", klog.KObj(vm), "vmi", vmi.UID)
-	c.cfg.Recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulDelete", "Stopped the virtual machine by deleting the virtual machine instance %s", vmi.UID)
+	c.env.Recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulDelete", "Stopped the virtual machine by deleting the virtual machine instance %s", vmi.UID)
 	return nil
 }
 
@@ -309,7 +307,7 @@ func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.
 	}
 	var updated *virtv1.VirtualMachine
 	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		updated, err = c.cfg.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, finalizers, metav1.PatchOptions{})
+		updated, err = c.env.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, finalizers, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil {
@@ -338,7 +336,7 @@ func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error 
 		return nil
 	}
 	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-		_, err := c.cfg.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, release, metav1.PatchOptions{})
+		_, err := c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, release, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil && !apierrors.IsNotFound(err) {

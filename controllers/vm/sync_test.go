@@ -13,64 +13,35 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
-	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 	"github.com/virtshard/virtshard/shard"
 )
 
-// fixture is a VM controller over fake clientsets: real range informers
-// over the fakes; a test calls sync on one VM and reads the actions.
+// fixture is the VM controller on the test kit.
 type fixture struct {
-	kv     *kvfake.Clientset
-	c      *Controller
-	ranges shard.Ranges
-	fence  *fence
+	*shardedtest.Fixture
+	c *Controller
 }
-
-// fence holds every range until cut.
-type fence struct{ cut bool }
-
-func (f *fence) Deadline(int) (time.Time, bool) { return time.Now().Add(time.Hour), !f.cut }
 
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	ranges := testRanges(t)
-	f := &fixture{kv: kvfake.NewClientset(objects...), ranges: ranges, fence: &fence{}}
-	rangeCaches := caches.NewRanges(caches.Config{Kube: kubefake.NewClientset(), KubeVirt: f.kv, Ranges: ranges})
-	var err error
-	f.c, err = New(Config{KubeVirt: f.kv, Fence: f.fence, Ranges: ranges, Caches: rangeCaches, Recorder: record.NewFakeRecorder(100)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range ranges.Count() {
-		if err := rangeCaches.Acquired(ctx, i); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.kv.ClearActions()
+	f := &fixture{}
+	f.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "vm", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		f.c = newController(env, rt, DefaultOptions())
+		return f.c.declare(), nil
+	}}, shardedtest.Cluster{Objects: objects})
 	return f
-}
-
-func testRanges(t *testing.T) shard.Ranges {
-	ranges, err := shard.NewRanges(4, shard.KeyUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ranges
 }
 
 func (f *fixture) sync(t *testing.T, vm *virtv1.VirtualMachine) {
 	t.Helper()
-	if _, err := f.c.sync(context.Background(), item{Range: f.ranges.Of(vm), Key: vm.Namespace + "/" + vm.Name}); err != nil {
+	if _, err := f.c.sync(context.Background(), item{Range: f.Ranges.Of(vm), Key: vm.Namespace + "/" + vm.Name}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -102,15 +73,15 @@ func TestSyncStartsAVMThatShouldRun(t *testing.T) {
 	vm := newVM(virtv1.RunStrategyAlways)
 	f := newFixture(t, vm)
 	f.sync(t, vm)
-	got := kvfake.Writes(f.kv.Actions())
+	got := kvfake.Writes(f.KubeVirt.Actions())
 	if !slices.Equal(got, []string{"create virtualmachineinstances", "update virtualmachines/status"}) {
 		t.Fatalf("writes %q, want the VMI created and the VM's status updated", got)
 	}
-	vmi := f.kv.Actions()[0].(k8stesting.CreateAction).GetObject().(*virtv1.VirtualMachineInstance)
+	vmi := f.KubeVirt.Actions()[0].(k8stesting.CreateAction).GetObject().(*virtv1.VirtualMachineInstance)
 	if !metav1.IsControlledBy(vmi, vm) || vmi.Labels[shard.LabelRange] == "" {
 		t.Errorf("VMI %+v: want it controlled by the VM and labelled with its range", vmi.ObjectMeta)
 	}
-	status := f.kv.Actions()[1].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine)
+	status := f.KubeVirt.Actions()[1].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine)
 	if status.ResourceVersion != vm.ResourceVersion {
 		t.Errorf("status update at resourceVersion %q, want the cached %q as precondition", status.ResourceVersion, vm.ResourceVersion)
 	}
@@ -118,13 +89,13 @@ func TestSyncStartsAVMThatShouldRun(t *testing.T) {
 
 func TestSyncStopsAHaltedVMWithTheVMIsUID(t *testing.T) {
 	vm := newVM(virtv1.RunStrategyHalted)
-	f := newFixture(t, vm, vmiOf(t, vm, testRanges(t).Of(vm)))
+	f := newFixture(t, vm, vmiOf(t, vm, shardedtest.Ranges(t).Of(vm)))
 	f.sync(t, vm)
-	got := kvfake.Writes(f.kv.Actions())
+	got := kvfake.Writes(f.KubeVirt.Actions())
 	if len(got) == 0 || got[0] != "delete virtualmachineinstances" {
 		t.Fatalf("writes %q, want the VMI deleted first", got)
 	}
-	del := f.kv.Actions()[0].(k8stesting.DeleteAction).GetDeleteOptions()
+	del := f.KubeVirt.Actions()[0].(k8stesting.DeleteAction).GetDeleteOptions()
 	if del.Preconditions == nil || del.Preconditions.UID == nil || *del.Preconditions.UID != "vmi-uid" {
 		t.Errorf("delete preconditions %+v, want the VMI's UID", del.Preconditions)
 	}
@@ -133,12 +104,12 @@ func TestSyncStopsAHaltedVMWithTheVMIsUID(t *testing.T) {
 func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 	vm := newVM(virtv1.RunStrategyAlways)
 	f := newFixture(t, vm)
-	f.fence.cut = true
-	_, err := f.c.sync(context.Background(), item{Range: f.ranges.Of(vm), Key: vm.Namespace + "/" + vm.Name})
+	f.Fence.Cut()
+	_, err := f.c.sync(context.Background(), item{Range: f.Ranges.Of(vm), Key: vm.Namespace + "/" + vm.Name})
 	if err != nil && !errors.Is(err, sharded.ErrNotHeld) {
 		t.Fatalf("sync returned %v, want nothing or ErrNotHeld (the worker drops the item)", err)
 	}
-	if got := kvfake.Writes(f.kv.Actions()); len(got) != 0 {
+	if got := kvfake.Writes(f.KubeVirt.Actions()); len(got) != 0 {
 		t.Errorf("writes %q for a range not held", got)
 	}
 }
@@ -147,11 +118,11 @@ func TestSyncReportsAnInvalidRunStrategyOnTheVM(t *testing.T) {
 	vm := newVM("Sometimes")
 	f := newFixture(t, vm)
 	f.sync(t, vm)
-	got := kvfake.Writes(f.kv.Actions())
+	got := kvfake.Writes(f.KubeVirt.Actions())
 	if !slices.Equal(got, []string{"update virtualmachines/status"}) {
 		t.Fatalf("writes %q, want only the status with the failure", got)
 	}
-	status := f.kv.Actions()[0].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine).Status
+	status := f.KubeVirt.Actions()[0].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine).Status
 	found := false
 	for _, c := range status.Conditions {
 		found = found || (c.Type == virtv1.VirtualMachineFailure && strings.Contains(c.Reason, "InvalidRunStrategy"))
@@ -164,7 +135,7 @@ func TestSyncReportsAnInvalidRunStrategyOnTheVM(t *testing.T) {
 // syncAfter syncs vm and returns when the controller asks to look again.
 func (f *fixture) syncAfter(t *testing.T, vm *virtv1.VirtualMachine) time.Duration {
 	t.Helper()
-	after, err := f.c.sync(context.Background(), item{Range: f.ranges.Of(vm), Key: vm.Namespace + "/" + vm.Name})
+	after, err := f.c.sync(context.Background(), item{Range: f.Ranges.Of(vm), Key: vm.Namespace + "/" + vm.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +148,7 @@ func TestSyncWaitsOutAStartBackoff(t *testing.T) {
 	vm.Status.StartFailure = &virtv1.VirtualMachineStartFailure{ConsecutiveFailCount: 2, RetryAfterTimestamp: &retry}
 	f := newFixture(t, vm)
 	after := f.syncAfter(t, vm)
-	if got := kvfake.Writes(f.kv.Actions()); slices.Contains(got, "create virtualmachineinstances") {
+	if got := kvfake.Writes(f.KubeVirt.Actions()); slices.Contains(got, "create virtualmachineinstances") {
 		t.Errorf("writes %q during the start backoff, want no VMI created", got)
 	}
 	if after <= 0 || after > time.Minute {
@@ -193,7 +164,7 @@ func TestSyncStartsAVMWhoseBackoffIsOver(t *testing.T) {
 	if after := f.syncAfter(t, vm); after != 0 {
 		t.Errorf("look again after %s, want no wait", after)
 	}
-	if got := kvfake.Writes(f.kv.Actions()); !slices.Contains(got, "create virtualmachineinstances") {
+	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Contains(got, "create virtualmachineinstances") {
 		t.Errorf("writes %q, want the VMI created once the backoff is over", got)
 	}
 }
@@ -203,7 +174,7 @@ func TestSyncOfAManualVMFollowsItsStateChangeRequests(t *testing.T) {
 	start.Status.StateChangeRequests = []virtv1.VirtualMachineStateChangeRequest{{Action: virtv1.StartRequest}}
 	f := newFixture(t, start)
 	f.sync(t, start)
-	if got := kvfake.Writes(f.kv.Actions()); !slices.Contains(got, "create virtualmachineinstances") {
+	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Contains(got, "create virtualmachineinstances") {
 		t.Errorf("start request: writes %q, want the VMI created", got)
 	}
 
@@ -218,10 +189,10 @@ func TestSyncOfAManualVMFollowsItsStateChangeRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			vm := newVM(virtv1.RunStrategyManual)
 			vm.Status.StateChangeRequests = []virtv1.VirtualMachineStateChangeRequest{{Action: virtv1.StopRequest, UID: ptr.To(tc.uid)}}
-			f := newFixture(t, vm, vmiOf(t, vm, testRanges(t).Of(vm)))
+			f := newFixture(t, vm, vmiOf(t, vm, shardedtest.Ranges(t).Of(vm)))
 			f.sync(t, vm)
-			if got := slices.Contains(kvfake.Writes(f.kv.Actions()), "delete virtualmachineinstances"); got != tc.delete {
-				t.Errorf("writes %q: VMI deleted %t, want %t", kvfake.Writes(f.kv.Actions()), got, tc.delete)
+			if got := slices.Contains(kvfake.Writes(f.KubeVirt.Actions()), "delete virtualmachineinstances"); got != tc.delete {
+				t.Errorf("writes %q: VMI deleted %t, want %t", kvfake.Writes(f.KubeVirt.Actions()), got, tc.delete)
 			}
 		})
 	}
@@ -229,16 +200,16 @@ func TestSyncOfAManualVMFollowsItsStateChangeRequests(t *testing.T) {
 
 func TestSyncRefusesAVMINotControlledByTheVM(t *testing.T) {
 	vm := newVM(virtv1.RunStrategyAlways)
-	foreign := vmiOf(t, vm, testRanges(t).Of(vm))
+	foreign := vmiOf(t, vm, shardedtest.Ranges(t).Of(vm))
 	foreign.OwnerReferences = nil
 	f := newFixture(t, vm, foreign)
-	recorder := f.c.cfg.Recorder.(*record.FakeRecorder)
+	recorder := f.Recorder
 	after := f.syncAfter(t, vm)
-	got := kvfake.Writes(f.kv.Actions())
+	got := kvfake.Writes(f.KubeVirt.Actions())
 	if !slices.Equal(got, []string{"update virtualmachines/status"}) {
 		t.Fatalf("writes %q, want only the status with the failure (the foreign VMI left alone)", got)
 	}
-	status := f.kv.Actions()[0].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine)
+	status := f.KubeVirt.Actions()[0].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine)
 	if !hasFailure(status, "FailedCreate") {
 		t.Errorf("conditions %+v, want Failure FailedCreate", status.Status.Conditions)
 	}
@@ -260,14 +231,14 @@ func TestSyncOfADeletedVMWithoutVMIDropsItsFinalizer(t *testing.T) {
 	vm.DeletionTimestamp = ptr.To(metav1.Now())
 	f := newFixture(t, vm)
 	f.sync(t, vm)
-	got := kvfake.Writes(f.kv.Actions())
+	got := kvfake.Writes(f.KubeVirt.Actions())
 	if len(got) == 0 || got[0] != "patch virtualmachines" {
 		t.Fatalf("writes %q, want the finalizer patch first and no VMI created", got)
 	}
 	if slices.Contains(got, "create virtualmachineinstances") {
 		t.Errorf("writes %q: a VMI created for a deleted VM", got)
 	}
-	p := string(f.kv.Actions()[0].(k8stesting.PatchAction).GetPatch())
+	p := string(f.KubeVirt.Actions()[0].(k8stesting.PatchAction).GetPatch())
 	if strings.Contains(p, virtv1.VirtualMachineControllerFinalizer) || !strings.Contains(p, `"resourceVersion":"5"`) {
 		t.Errorf("finalizer patch %s, want the finalizer gone, with the VM's resourceVersion as precondition", p)
 	}
@@ -275,15 +246,15 @@ func TestSyncOfADeletedVMWithoutVMIDropsItsFinalizer(t *testing.T) {
 
 func TestSyncReleasesAFinalVMIOnceTheVMSawIt(t *testing.T) {
 	vm := newVM(virtv1.RunStrategyManual)
-	vmi := vmiOf(t, vm, testRanges(t).Of(vm))
+	vmi := vmiOf(t, vm, shardedtest.Ranges(t).Of(vm))
 	vmi.Status.Phase = virtv1.Succeeded
 	f := newFixture(t, vm, vmi)
 	f.sync(t, vm)
-	got := kvfake.Writes(f.kv.Actions())
+	got := kvfake.Writes(f.KubeVirt.Actions())
 	if !slices.Equal(got, []string{"update virtualmachines/status", "patch virtualmachineinstances"}) {
 		t.Fatalf("writes %q, want the VM's status first, then the VMI's finalizer released", got)
 	}
-	if p := string(f.kv.Actions()[1].(k8stesting.PatchAction).GetPatch()); strings.Contains(p, virtv1.VirtualMachineControllerFinalizer) {
+	if p := string(f.KubeVirt.Actions()[1].(k8stesting.PatchAction).GetPatch()); strings.Contains(p, virtv1.VirtualMachineControllerFinalizer) {
 		t.Errorf("release patch %s still holds the VM controller's finalizer", p)
 	}
 }

@@ -2,31 +2,25 @@ package vmi
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"flag"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/client/kubevirt"
-	"github.com/virtshard/virtshard/controllers/caches"
-	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/expectations"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/replica/profiling"
-	"github.com/virtshard/virtshard/shard"
 )
 
 // Indexes of the caches.
@@ -35,26 +29,8 @@ const (
 	byClaim = "claim"
 )
 
-// Config wires the controller.
-type Config struct {
-	Kube     kubernetes.Interface
-	KubeVirt kubevirt.Interface
-	Metadata metadata.Interface
-	// Fence admits syncs and writes of the ranges this replica holds.
-	Fence sharded.Fence
-	// Namespace restricts the controller to one namespace; "" watches all.
-	Namespace string
-	Ranges    shard.Ranges
-	// Caches are the held ranges' informers; New registers the controller.
-	Caches *caches.Ranges
-	// Cluster are the cluster-wide caches, run by the caller.
-	Cluster *caches.Cluster
-	Options template.Options
-	// ClusterConfig is the KubeVirt CR's configuration, current.
-	ClusterConfig interface{ Current() *clusterconfig.Config }
-	// Objects are the cluster-wide caches the launcher pod depends on, run
-	// by the caller.
-	Objects *caches.TemplateObjects
+// Options of the VMI controller: how its status writes are batched.
+type Options struct {
 	// LazyStatusWait is how long an intermediate phase (Scheduling) may wait
 	// to ride along with the next status patch while the batcher is idle;
 	// BusyStatusWait while it holds at least BusyDepth objects.
@@ -63,20 +39,47 @@ type Config struct {
 	BusyDepth      int
 	// UrgentStatusWait is the batching window of everything else.
 	UrgentStatusWait time.Duration
-	StatusWorkers    int
-	Metrics          *Metrics
-	ShardMetrics     *shard.Metrics
-	StatusMetrics    *status.Metrics
-	// Recorder records the controller's events; required.
-	Recorder record.EventRecorder
-	// ReconcileMetrics record each reconcile; nil for none.
-	ReconcileMetrics *sharded.Metrics
+	// StatusWorkers is how many status patches are sent at once.
+	StatusWorkers int
+}
+
+// DefaultOptions are the batching the bench measured (BENCHMARKS.md).
+func DefaultOptions() Options {
+	return Options{LazyStatusWait: 2 * time.Second, BusyStatusWait: time.Minute, BusyDepth: 20, UrgentStatusWait: 5 * time.Millisecond, StatusWorkers: 8}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "concurrent status patches")
+	fs.DurationVar(&o.LazyStatusWait, "lazy-status-wait", o.LazyStatusWait, "how long an intermediate phase may wait to share a patch")
+	fs.DurationVar(&o.BusyStatusWait, "busy-status-wait", o.BusyStatusWait, "the same while at least --busy-depth VMIs are queued or have status pending")
+	fs.IntVar(&o.BusyDepth, "busy-depth", o.BusyDepth, "VMIs queued for a sync or with status pending from which the controller counts as busy")
+	fs.DurationVar(&o.UrgentStatusWait, "urgent-status-wait", o.UrgentStatusWait, "batching window of other status writes")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	if o.StatusWorkers < 1 {
+		return errors.New("--status-workers must be at least 1")
+	}
+	return nil
+}
+
+// Declare declares the VMI controller to the replica.
+func Declare(opts Options) sharded.Declaration {
+	return sharded.Declaration{Name: "vmi", Workers: 8, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		c := newController(env, rt, opts, NewMetrics(env.Registry), status.NewMetrics(env.Registry))
+		RegisterGauges(env.Registry, c)
+		return c.declare(), nil
+	}}
 }
 
 // Controller is the VMI controller of one replica.
 type Controller struct {
-	cfg          Config
+	env          *sharded.Env
+	opts         Options
 	rt           *sharded.Runtime
+	metrics      *Metrics
 	expectations *expectations.Expectations
 	batcher      *status.Batcher[*virtv1.VirtualMachineInstance]
 
@@ -89,138 +92,105 @@ type Controller struct {
 // item is a queued VMI: its range and namespace/name.
 type item = sharded.Item
 
-// New returns a controller registered with cfg.Caches; Run starts it, and
-// it acts on ranges as the caches call Acquired and Releasing.
-func New(cfg Config) (*Controller, error) {
+// newController returns the controller; m and sm may be nil (tests).
+func newController(env *sharded.Env, rt *sharded.Runtime, opts Options, m *Metrics, sm *status.Metrics) *Controller {
 	c := &Controller{
-		cfg:          cfg,
-		rt:           sharded.New(sharded.Config{Name: "vmi", Ranges: cfg.Ranges.Count(), Fence: cfg.Fence, Metrics: cfg.ReconcileMetrics}),
-		expectations: expectations.New(cfg.Ranges.Count(), clock.RealClock{}),
+		env:          env,
+		opts:         opts,
+		rt:           rt,
+		metrics:      m,
+		expectations: expectations.New(env.Ranges.Count(), env.Clock),
 	}
 	c.batcher = status.New(status.Config[*virtv1.VirtualMachineInstance]{
 		Name:    "vmi",
-		Workers: cfg.StatusWorkers,
-		Writer:  c.rt.Writer,
-		Metrics: cfg.StatusMetrics,
+		Workers: opts.StatusWorkers,
+		Writer:  rt.Writer,
+		Metrics: sm,
 		Cached: func(rng int, namespace, name string) (*virtv1.VirtualMachineInstance, error) {
 			return c.cachedVMI(rng, namespace+"/"+name)
 		},
 		Fresh: func(ctx context.Context, namespace, name string) (*virtv1.VirtualMachineInstance, error) {
-			return cfg.KubeVirt.VirtualMachineInstances(namespace).Get(ctx, name, metav1.GetOptions{})
+			return env.KubeVirt.VirtualMachineInstances(namespace).Get(ctx, name, metav1.GetOptions{})
 		},
 		Patch: func(ctx context.Context, namespace, name string, patch []byte) (*virtv1.VirtualMachineInstance, error) {
-			return cfg.KubeVirt.VirtualMachineInstances(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+			return env.KubeVirt.VirtualMachineInstances(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 		},
 		OnPatched: func(vmi *virtv1.VirtualMachineInstance) { c.patched(vmi) },
 		// A sync held back for a batch that wrote nothing: no informer
 		// event will queue the VMI again.
-		OnNothingWritten: func(rng int, key string) { c.rt.Add(rng, key) },
-		LazyWait:         cfg.LazyStatusWait,
-		BusyWait:         cfg.BusyStatusWait,
-		BusyDepth:        cfg.BusyDepth,
+		OnNothingWritten: func(rng int, key string) { rt.Add(rng, key) },
+		LazyWait:         opts.LazyStatusWait,
+		BusyWait:         opts.BusyStatusWait,
+		BusyDepth:        opts.BusyDepth,
 		// The sync queue fills first at the start of a burst.
-		Backlog: c.rt.Len,
+		Backlog: rt.Len,
 	})
+	return c
+}
 
-	err := cfg.Caches.Register(c, cache.Indexers{byClaim: claimIndex}, nil, nil)
-	return c, err
+// declare is what the runtime runs: a range's VMIs queue themselves,
+// their launcher pods queue them and feed the expectations; migrations,
+// claims and DataVolumes wake the VMIs that wait for them. A handoff drops
+// the range's pending status intents and expectations.
+func (c *Controller) declare() *sharded.Controller {
+	watches := []sharded.Watch{
+		sharded.On(kinds.VMIs, c.vmiEvents(), cache.Indexers{byClaim: claimIndex}),
+		sharded.On(kinds.LauncherPods, c.podEvents(), nil),
+		sharded.Across(kinds.Migrations, sharded.Events[*virtv1.VirtualMachineInstanceMigration]{
+			Route: func(m *virtv1.VirtualMachineInstanceMigration) []item {
+				return c.located(m.Namespace + "/" + m.Spec.VMIName)
+			},
+		}, nil),
+		// A claim wakes the VMIs that use it when it appears or its size
+		// changes (KubeVirt's addPVC and updatePVC).
+		sharded.OnInformer(func() cache.SharedIndexInformer { return c.env.Objects.PVCInformer }, sharded.Events[*corev1.PersistentVolumeClaim]{
+			Route: func(pvc *corev1.PersistentVolumeClaim) []item {
+				if pvc.DeletionTimestamp != nil {
+					return nil
+				}
+				return c.waitingFor(pvc.Namespace + "/" + pvc.Name)
+			},
+			Changed: func(old, cur *corev1.PersistentVolumeClaim) bool {
+				return !equality.Semantic.DeepEqual(old.Status.Capacity, cur.Status.Capacity) ||
+					!equality.Semantic.DeepEqual(old.Spec.Resources.Requests, cur.Spec.Resources.Requests)
+			},
+			IgnoreDeletes: true,
+		}),
+	}
+	// Any change of a DataVolume wakes the VMIs that use it (KubeVirt's
+	// add, update and deleteDataVolume), where the cluster serves CDI.
+	watches = append(watches, sharded.OnInformer(func() cache.SharedIndexInformer { return c.env.Objects.DataVolumes },
+		sharded.Events[*unstructured.Unstructured]{
+			Route: func(dv *unstructured.Unstructured) []item {
+				return c.waitingFor(dv.GetNamespace() + "/" + dv.GetName())
+			},
+		}))
+	return &sharded.Controller{
+		Watches: watches,
+		Sync: func(ctx context.Context, it item) (time.Duration, error) {
+			return 0, c.sync(ctx, it)
+		},
+		// A sync already past its checks may still have created a pod or
+		// sent an intent: the runtime lets it finish first. Pending status
+		// intents are dropped, not flushed, whatever the reason: the next
+		// owner recomputes them from the same objects in its first sync
+		// and writes them in the same one patch, while a flush would cost
+		// a patch per VMI (lazy Scheduling intents included) and hold up
+		// the handoff for as long as those patches take under load.
+		Forget: func(rng int) {
+			c.batcher.DropRange(rng)
+			c.expectations.DropRange(rng)
+		},
+		Background: func(ctx context.Context) { profiling.Do(ctx, "vmi-status", c.batcher.Run) },
+	}
 }
 
 // PendingExpectations counts keys with outstanding expectations.
 func (c *Controller) PendingExpectations() float64 { return float64(c.expectations.Count()) }
 
-// CachedObjects counts the objects of resource in the held ranges' caches.
-func (c *Controller) CachedObjects(resource string) float64 { return c.cfg.Caches.Cached(resource) }
-
 // LongestInPhase implements Gauges.
 func (c *Controller) LongestInPhase() map[virtv1.VirtualMachineInstancePhase]time.Duration {
-	return longestInWaitingPhase(c.cfg.Caches.VMIs(), time.Now())
-}
-
-// Start follows the cluster-wide objects VMIs wait for (claims,
-// migrations, DataVolumes where CDI is served; cfg.Objects and cfg.Cluster
-// run them) and returns once they are cached; Run may follow.
-func (c *Controller) Start(ctx context.Context) error {
-	if _, err := c.cfg.Objects.PVCInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvcAdded}); err != nil {
-		return err
-	}
-	migrationChanged := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if m, ok := obj.(*virtv1.VirtualMachineInstanceMigration); ok {
-			c.enqueueKey(m.Namespace + "/" + m.Spec.VMIName)
-		}
-	}
-	if _, err := c.cfg.Cluster.Migrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    migrationChanged,
-		UpdateFunc: func(_, obj any) { migrationChanged(obj) },
-		DeleteFunc: migrationChanged,
-	}); err != nil {
-		return err
-	}
-	synced := []cache.InformerSynced{c.cfg.Objects.PVCInformer.HasSynced, c.cfg.Cluster.Migrations.HasSynced}
-	if dvs := c.cfg.Objects.DataVolumes; dvs != nil {
-		changed := func(obj any) {
-			if m, err := meta.Accessor(obj); err == nil {
-				c.claimChanged(m.GetNamespace() + "/" + m.GetName())
-			}
-		}
-		if _, err := dvs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    changed,
-			UpdateFunc: func(_, obj any) { changed(obj) },
-		}); err != nil {
-			return err
-		}
-		synced = append(synced, dvs.HasSynced)
-	}
-	if !cache.WaitForNamedCacheSync("vmi-cluster", ctx.Done(), synced...) {
-		return fmt.Errorf("cluster-wide caches did not sync: %w", ctx.Err())
-	}
-	return nil
-}
-
-// Run runs the status batcher and the workers until ctx is done. Ranges
-// come and go through Acquired/Releasing.
-func (c *Controller) Run(ctx context.Context, workers int) error {
-	logger := klog.FromContext(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { profiling.Do(ctx, "vmi-status", c.batcher.Run) })
-	logger.Info("VMI controller running", "workers", workers)
-	return c.rt.Run(ctx, workers, func(ctx context.Context, it item) (time.Duration, error) {
-		return 0, c.sync(ctx, it)
-	})
-}
-
-// Acquired implements caches.Consumer: watch range r and queue its VMIs.
-func (c *Controller) Acquired(_ context.Context, r *caches.Range) error {
-	c.rt.Acquired(r.Index)
-	// New handlers are replayed what the informers hold: every VMI of the
-	// range is queued.
-	if err := r.VMIs.AddEventHandler(c.vmiHandler(r.Index)); err != nil {
-		return err
-	}
-	if _, err := r.Pods.AddEventHandler(c.podHandler(r.Index)); err != nil {
-		return err
-	}
-	return nil
-}
-
-// Releasing implements caches.Consumer: stop acting on range i — new work
-// for it is ignored, pending status intents are dropped and expectations
-// forgotten; the caches stop after it returns.
-func (c *Controller) Releasing(ctx context.Context, i int, _ shard.Reason) {
-	// A sync already past its checks may still create a pod or send an
-	// intent: let it finish before dropping and forgetting.
-	c.rt.Releasing(ctx, i)
-	// Pending status intents are dropped, not flushed, whatever the reason:
-	// the next owner recomputes them from the same objects in its first sync
-	// and writes them in the same one patch, while a flush would cost a
-	// patch per VMI (lazy Scheduling intents included) and hold up the
-	// handoff for as long as those patches take under load.
-	c.batcher.DropRange(i)
-	c.expectations.DropRange(i)
+	return longestInWaitingPhase(kinds.VMIs.Held(c.env.Caches), time.Now())
 }
 
 func claimIndex(obj any) ([]string, error) {
@@ -236,11 +206,11 @@ func claimIndex(obj any) ([]string, error) {
 // its own last patch's, until the informer catches up, so that the next
 // patch starts from the latest resourceVersion instead of conflicting.
 func (c *Controller) cachedVMI(rng int, key string) (*virtv1.VirtualMachineInstance, error) {
-	r := c.cfg.Caches.Get(rng)
+	r := c.env.Caches.Get(rng)
 	if r == nil {
 		return nil, errRangeNotHeld
 	}
-	vmi, exists, err := r.LatestVMI(key)
+	vmi, exists, err := kinds.VMIs.In(r).Latest(key)
 	if err != nil {
 		return nil, err
 	}
@@ -252,29 +222,28 @@ func (c *Controller) cachedVMI(rng int, key string) (*virtv1.VirtualMachineInsta
 
 // patched records a VMI our batcher wrote, for cachedVMI.
 func (c *Controller) patched(vmi *virtv1.VirtualMachineInstance) {
-	if r := c.cfg.Caches.Get(c.cfg.Ranges.Owner(vmi)); r != nil {
-		r.WroteVMI(vmi)
+	if r := c.env.Caches.Get(c.env.Ranges.Owner(vmi)); r != nil {
+		kinds.VMIs.In(r).Wrote(vmi)
 	}
 }
 
-// vmiHandler queues VMIs of range rng and observes their phase changes.
-// A VMI leaving the filtered watch is "not ours any more", which arrives as
-// a delete: the reconcile finds it gone and forgets it.
-func (c *Controller) vmiHandler(rng int) cache.ResourceEventHandler {
-	return sharded.Handler(c.rt, rng, sharded.Events[*virtv1.VirtualMachineInstance]{
+// vmiEvents queue VMIs under their own key and observe their phase
+// changes. A VMI leaving the filtered watch is "not ours any more", which
+// arrives as a delete: the reconcile finds it gone and forgets it.
+func (c *Controller) vmiEvents() sharded.Events[*virtv1.VirtualMachineInstance] {
+	return sharded.Events[*virtv1.VirtualMachineInstance]{
 		Keys: sharded.ItsOwnKey[*virtv1.VirtualMachineInstance],
 		Updated: func(_ int, _ string, old, cur *virtv1.VirtualMachineInstance) {
 			if old.Status.Phase != cur.Status.Phase && cur.Status.Phase != "" {
-				c.cfg.Metrics.phase(string(cur.Status.Phase), time.Since(cur.CreationTimestamp.Time))
+				c.metrics.phase(string(cur.Status.Phase), time.Since(cur.CreationTimestamp.Time))
 			}
 		},
-	})
+	}
 }
 
-// podHandler maps launcher pods of range rng to their VMIs and feeds the
-// expectations.
-func (c *Controller) podHandler(rng int) cache.ResourceEventHandler {
-	return sharded.Handler(c.rt, rng, sharded.Events[*corev1.Pod]{
+// podEvents map launcher pods to their VMIs and feed the expectations.
+func (c *Controller) podEvents() sharded.Events[*corev1.Pod] {
+	return sharded.Events[*corev1.Pod]{
 		Keys: sharded.ControllerKey[*corev1.Pod](virtv1.VirtualMachineInstanceGroupVersionKind.Kind),
 		Added: func(rng int, key string, pod *corev1.Pod) {
 			// A migration's target pod is the migration controller's.
@@ -283,38 +252,30 @@ func (c *Controller) podHandler(rng int) cache.ResourceEventHandler {
 			}
 		},
 		Deleted: func(rng int, key string, pod *corev1.Pod) { c.expectations.DeletionObserved(rng, key, pod.UID) },
-	})
-}
-
-// enqueueKey queues the VMI key if a range this replica acts on has it.
-func (c *Controller) enqueueKey(key string) {
-	for i := range c.cfg.Ranges.Count() {
-		if r := c.cfg.Caches.Get(i); r != nil {
-			if _, exists, _ := r.VMIs.Get(key); exists {
-				c.rt.Add(i, key)
-				return
-			}
-		}
 	}
 }
 
-// pvcAdded wakes the VMIs waiting for the claim.
-func (c *Controller) pvcAdded(obj any) {
-	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-		c.claimChanged(pvc.Namespace + "/" + pvc.Name)
+// located is the VMI key, in the held range that has it.
+func (c *Controller) located(key string) []item {
+	if rng, ok := kinds.VMIs.Locate(c.env.Caches, key); ok {
+		return []item{{Range: rng, Key: key}}
 	}
+	return nil
 }
 
-// claimChanged wakes the VMIs that use the claim (or DataVolume) claim.
-func (c *Controller) claimChanged(claim string) {
-	for i := range c.cfg.Ranges.Count() {
-		r := c.cfg.Caches.Get(i)
+// waitingFor are the VMIs of the held ranges that use the claim (or
+// DataVolume) namespace/name.
+func (c *Controller) waitingFor(claim string) []item {
+	var items []item
+	for i := range c.env.Ranges.Count() {
+		r := c.env.Caches.Get(i)
 		if r == nil {
 			continue
 		}
-		waiting, _ := r.VMIs.ByIndex(byClaim, claim)
+		waiting, _ := kinds.VMIs.In(r).ByIndex(byClaim, claim)
 		for _, vmi := range waiting {
-			c.rt.Add(i, vmi.Namespace+"/"+vmi.Name)
+			items = append(items, item{Range: i, Key: vmi.Namespace + "/" + vmi.Name})
 		}
 	}
+	return items
 }

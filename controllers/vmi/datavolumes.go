@@ -62,7 +62,7 @@ func dataVolumeFrom(u *unstructured.Unstructured) dataVolume {
 // claims of PVC volumes (ListDataVolumesFromVolumes). It lists none on a
 // cluster without CDI.
 func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVolume {
-	if c.cfg.Objects.DataVolumes == nil {
+	if c.env.Objects.DataVolumes == nil {
 		return nil
 	}
 	var out []dataVolume
@@ -72,7 +72,7 @@ func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVol
 		case vol.DataVolume != nil:
 			name = vol.DataVolume.Name
 		case vol.PersistentVolumeClaim != nil:
-			if pvc, ok := c.cfg.Objects.PVC(vmi.Namespace, vol.PersistentVolumeClaim.ClaimName); ok {
+			if pvc, ok := c.env.Objects.PVC(vmi.Namespace, vol.PersistentVolumeClaim.ClaimName); ok {
 				if owner := metav1.GetControllerOf(pvc); owner != nil && owner.Kind == "DataVolume" {
 					name = owner.Name
 				}
@@ -81,7 +81,7 @@ func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVol
 		if name == "" {
 			continue
 		}
-		if obj, exists, _ := c.cfg.Objects.DataVolumes.GetStore().GetByKey(vmi.Namespace + "/" + name); exists {
+		if obj, exists, _ := c.env.Objects.DataVolumes.GetStore().GetByKey(vmi.Namespace + "/" + name); exists {
 			out = append(out, dataVolumeFrom(obj.(*unstructured.Unstructured)))
 		}
 	}

@@ -17,8 +17,6 @@ type Metrics struct {
 type Gauges interface {
 	// PendingExpectations counts keys with outstanding expectations.
 	PendingExpectations() float64
-	// CachedObjects counts the objects of resource in the held ranges' caches.
-	CachedObjects(resource string) float64
 	// LongestInPhase returns, for each phase before Running, how long the
 	// VMI that entered it first has been in it.
 	LongestInPhase() map[virtv1.VirtualMachineInstancePhase]time.Duration
@@ -55,13 +53,6 @@ func RegisterGauges(reg prometheus.Registerer, g Gauges) {
 		Name: "virtshard_controller_expectations_pending",
 		Help: "VMIs with creations or deletions sent but not yet seen by the informers.",
 	}, g.PendingExpectations))
-	for _, resource := range []string{"virtualmachineinstances", "pods", "virtualmachines"} {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "virtshard_informer_cached_objects",
-			Help:        "Objects in the caches of the ranges this replica holds.",
-			ConstLabels: prometheus.Labels{"resource": resource},
-		}, func() float64 { return g.CachedObjects(resource) }))
-	}
 	reg.MustRegister(&longestInPhase{g: g, desc: prometheus.NewDesc("virtshard_vmi_longest_in_phase_seconds",
 		"For each phase before Running, how long the held ranges' VMI that has been in it longest has been there (0 if none).",
 		[]string{"phase"}, nil)})

@@ -47,7 +47,6 @@ func TestLongestInWaitingPhase(t *testing.T) {
 type fixedGauges map[virtv1.VirtualMachineInstancePhase]time.Duration
 
 func (fixedGauges) PendingExpectations() float64                                           { return 0 }
-func (fixedGauges) CachedObjects(string) float64                                           { return 0 }
 func (g fixedGauges) LongestInPhase() map[virtv1.VirtualMachineInstancePhase]time.Duration { return g }
 
 func TestLongestInPhaseGaugeHasEveryWaitingPhase(t *testing.T) {

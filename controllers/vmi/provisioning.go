@@ -53,11 +53,11 @@ func (c *Controller) deleteProvisioningPods(ctx context.Context, it item, vmi *v
 		}
 		deleted, err := c.deletePod(ctx, it, pod, ptr.To[int64](0))
 		if err != nil {
-			c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonFailedDelete, "Failed to delete WaitForFirstConsumer temporary pod %s", pod.Name)
+			c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonFailedDelete, "Failed to delete WaitForFirstConsumer temporary pod %s", pod.Name)
 			return fmt.Errorf("delete temporary pod %s: %w", pod.Name, err)
 		}
 		if deleted {
-			c.cfg.Recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted WaitForFirstConsumer temporary pod %s", pod.Name)
+			c.env.Recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted WaitForFirstConsumer temporary pod %s", pod.Name)
 		}
 	}
 	return nil

@@ -64,11 +64,11 @@ func (c *Controller) launcher(pod *corev1.Pod, pods []*corev1.Pod) launcher {
 	l := launcher{
 		pod:            pod,
 		pods:           pods,
-		claims:         c.cfg.Objects,
-		image:          c.cfg.Options.LauncherImage,
-		memoryOverhead: c.cfg.ClusterConfig.Current().VmiMemoryOverheadReportEnabled(),
+		claims:         c.env.Objects,
+		image:          c.env.Template.LauncherImage,
+		memoryOverhead: c.env.ClusterConfig.Current().VmiMemoryOverheadReportEnabled(),
 	}
-	if c.cfg.Objects.DataVolumes != nil {
+	if c.env.Objects.DataVolumes != nil {
 		l.dataVolumes = c.dataVolumesOf
 	}
 	return l

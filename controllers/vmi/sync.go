@@ -17,8 +17,10 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/expectations"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/shard"
 )
 
 var errRangeNotHeld = errors.New("range not held by this replica")
@@ -43,11 +45,11 @@ const (
 
 // sync reconciles one VMI of a range this replica holds.
 func (c *Controller) sync(ctx context.Context, it item) error {
-	r := c.cfg.Caches.Get(it.Range)
+	r := c.env.Caches.Get(it.Range)
 	if r == nil {
 		return nil
 	}
-	vmi, exists, err := r.VMIs.Get(it.Key)
+	vmi, exists, err := kinds.VMIs.In(r).Get(it.Key)
 	if err != nil {
 		return err
 	}
@@ -55,7 +57,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		c.expectations.Delete(it.Range, it.Key)
 		return nil
 	}
-	pods := r.PodsOf(vmi)
+	pods := kinds.PodsOf(r, vmi)
 	satisfied := c.expectations.Satisfied(it.Range, it.Key)
 	if !satisfied {
 		// The informer event that meets the expectation requeues the VMI;
@@ -106,7 +108,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 // server (a replica that was stopped took the range back with caches kept
 // from before), and a VMI whose pod runs must not fail for that.
 func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, cached []*corev1.Pod) (bool, error) {
-	pods, err := c.cfg.Kube.CoreV1().Pods(vmi.Namespace).List(ctx, metav1.ListOptions{
+	pods, err := c.env.Kube.CoreV1().Pods(vmi.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.UID),
 	})
 	if err != nil {
@@ -119,7 +121,7 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 		if pod.DeletionTimestamp != nil || !metav1.IsControlledBy(pod, vmi) {
 			continue
 		}
-		if pod.Labels[c.cfg.Options.RangeLabel] == want {
+		if pod.Labels[shard.LabelRange] == want {
 			if slices.ContainsFunc(cached, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
 				continue // cached, and not the VMI's pod
 			}
@@ -127,16 +129,16 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 		}
 		found = true
 		// The pod as listed, or nothing: a conflict retries the VMI.
-		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"labels":{%q:%q}}}`, pod.UID, pod.ResourceVersion, c.cfg.Options.RangeLabel, want)
+		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"labels":{%q:%q}}}`, pod.UID, pod.ResourceVersion, shard.LabelRange, want)
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-			_, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			_, err := c.env.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 			return err
 		})
 		if err != nil {
 			return true, fmt.Errorf("restore the range label of %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		c.cfg.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonRangeLabelRestored,
-			"launcher pod %s had range label %q; restored it to %s", pod.Name, pod.Labels[c.cfg.Options.RangeLabel], want)
+		c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonRangeLabelRestored,
+			"launcher pod %s had range label %q; restored it to %s", pod.Name, pod.Labels[shard.LabelRange], want)
 	}
 	return found, nil
 }
@@ -169,7 +171,7 @@ func activePod(vmi *virtv1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.P
 // first the temporary pod its WaitForFirstConsumer DataVolumes need.
 func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.VirtualMachineInstance, pods []*corev1.Pod) error {
 	vmi := cached.DeepCopy()
-	template.ApplyDefaults(vmi, c.cfg.Options)
+	template.ApplyDefaults(vmi, c.env.Template)
 	if err := template.ValidateNetworks(vmi); err != nil {
 		// Bad input: say so on the object and wait for the user to change it
 		// (the update requeues it); no retry loop.
@@ -181,7 +183,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 		return nil
 	}
 	for _, claim := range template.ClaimNames(vmi) {
-		if _, exists := c.cfg.Objects.PVC(vmi.Namespace, claim); !exists {
+		if _, exists := c.env.Objects.PVC(vmi.Namespace, claim); !exists {
 			// The PVC informer requeues this VMI when the claim appears.
 			c.blocked(it, cached, corev1.EventTypeNormal, ReasonFailedPVCNotFound,
 				fmt.Sprintf("PVC %s/%s does not exist, waiting for it to appear", vmi.Namespace, claim))
@@ -210,7 +212,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 			}
 			temp, pods = created, append(pods, created)
 		}
-		c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, waitForDataVolumes(dvs, pods, temp, metav1.Now()))
+		c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, waitForDataVolumes(dvs, pods, temp, metav1.Now()))
 		return nil
 	}
 	if len(temps) > 0 {
@@ -234,7 +236,7 @@ type renderer func(*virtv1.VirtualMachineInstance, int, template.Options, templa
 // returns nil, nil when there is nothing more to do in this sync: the pod
 // exists already, or the range is no longer held.
 func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi *virtv1.VirtualMachineInstance, render renderer) (*corev1.Pod, error) {
-	pod, err := render(vmi, it.Range, c.cfg.Options, c.cfg.ClusterConfig.Current(), c.cfg.Objects)
+	pod, err := render(vmi, it.Range, c.env.Template, c.env.ClusterConfig.Current(), c.env.Objects)
 	if err != nil {
 		// As KubeVirt: what is missing (a backend-storage PVC, a
 		// NetworkAttachmentDefinition) or refused (a host device the CR
@@ -247,7 +249,7 @@ func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi
 	var created *corev1.Pod
 	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
 		c.expectations.ExpectCreations(it.Range, it.Key, 1)
-		created, err = c.cfg.Kube.CoreV1().Pods(vmi.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		created, err = c.env.Kube.CoreV1().Pods(vmi.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	})
 	switch {
@@ -260,16 +262,16 @@ func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi
 		return nil, nil
 	case err != nil:
 		c.expectations.CreationObserved(it.Range, it.Key)
-		c.cfg.Recorder.Eventf(cached, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating pod: %v", err)
+		c.env.Recorder.Eventf(cached, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating pod: %v", err)
 		return nil, fmt.Errorf("create launcher pod: %w", err)
 	}
 	klog.FromContext(ctx).V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
-	c.cfg.Recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
+	c.env.Recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
 	return created, nil
 }
 
 func (c *Controller) activeMigration(vmi *virtv1.VirtualMachineInstance) bool {
-	for _, m := range c.cfg.Cluster.MigrationsOf(vmi.Namespace + "/" + vmi.Name) {
+	for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
 		if !m.IsFinal() {
 			return true
 		}
@@ -295,7 +297,7 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		// Terminating: the VMI fails when the pod is gone.
 	case pod.Status.Phase == corev1.PodRunning && podReady(pod):
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduled) {
-			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, toScheduled(c.launcher(pod, pods), metav1.Now()))
+			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, toScheduled(c.launcher(pod, pods), metav1.Now()))
 		}
 	default:
 		// Scheduling is already on its way if anything is pending for the
@@ -357,7 +359,7 @@ func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.Virt
 		return err
 	}
 	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-		_, err := c.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		_, err := c.env.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		return err
 	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || errors.Is(err, sharded.ErrNotHeld) {
@@ -377,7 +379,7 @@ func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.Virt
 		return nil
 	}
 	if len(pods) == 0 {
-		c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, finalize)
+		c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, finalize)
 		return nil
 	}
 	for _, pod := range pods {
@@ -389,7 +391,7 @@ func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.Virt
 			return fmt.Errorf("delete launcher pod %s: %w", pod.Name, err)
 		}
 		if deleted {
-			c.cfg.Recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted virtual machine pod %s", pod.Name)
+			c.env.Recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted virtual machine pod %s", pod.Name)
 		}
 	}
 	return nil
@@ -404,7 +406,7 @@ func (c *Controller) deletePod(ctx context.Context, it item, pod *corev1.Pod, gr
 	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
 		sent = true
 		c.expectations.ExpectDeletions(it.Range, it.Key, pod.UID)
-		return c.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		return c.env.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: grace,
 			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
 		})
@@ -426,13 +428,13 @@ func (c *Controller) blocked(it item, vmi *virtv1.VirtualMachineInstance, eventT
 		cond.Status == corev1.ConditionFalse && cond.Reason == reason && cond.Message == message {
 		return // already reported
 	}
-	c.cfg.Recorder.Event(vmi, eventType, reason, message)
-	c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, notSynchronized(reason, message, metav1.Now()))
+	c.env.Recorder.Event(vmi, eventType, reason, message)
+	c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, notSynchronized(reason, message, metav1.Now()))
 }
 
 func (c *Controller) fail(it item, vmi *virtv1.VirtualMachineInstance, reason, message string) {
-	c.cfg.Recorder.Event(vmi, corev1.EventTypeWarning, reason, message)
-	c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.cfg.UrgentStatusWait, toFailed(reason, message, metav1.Now()))
+	c.env.Recorder.Event(vmi, corev1.EventTypeWarning, reason, message)
+	c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, toFailed(reason, message, metav1.Now()))
 }
 
 func podReady(pod *corev1.Pod) bool {

@@ -14,125 +14,43 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	kubefake "k8s.io/client-go/kubernetes/fake"
-	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/shard"
 )
 
-// fixture is a VMI controller over fake clientsets, in sample-controller's
-// style: the range caches are real informers over the fakes, a test calls
-// sync on one item and reads the actions the fakes recorded.
+// fixture is the VMI controller on the test kit; a test calls sync on one
+// item and reads the actions the fakes recorded.
 type fixture struct {
-	t        *testing.T
-	kube     *kubefake.Clientset
-	kv       *kvfake.Clientset
-	c        *Controller
-	ranges   shard.Ranges
-	recorder *record.FakeRecorder
-	fence    *fence
-	dyn      *dynamicfake.FakeDynamicClient
+	*shardedtest.Fixture
+	c *Controller
 }
 
-// fence holds every range until cut.
-type fence struct{ cut bool }
-
-func (f *fence) Deadline(int) (time.Time, bool) { return time.Now().Add(time.Hour), !f.cut }
-
-type staticConfig struct{ cfg *clusterconfig.Config }
-
-func (s staticConfig) Current() *clusterconfig.Config { return s.cfg }
-
-// newFixture starts the controller's caches over fakes holding objects
-// (core objects to the kube fake, kubevirt.io ones to the KubeVirt fake)
-// and forgets the actions their informers made.
+// newFixture starts the controller over fakes holding objects, status
+// written at once.
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	t.Helper()
-	var kubeObjects, kvObjects, dataVolumes []runtime.Object
-	for _, obj := range objects {
-		switch obj.(type) {
-		case *virtv1.VirtualMachineInstance:
-			kvObjects = append(kvObjects, obj)
-		case *unstructured.Unstructured:
-			dataVolumes = append(dataVolumes, obj)
-		default:
-			kubeObjects = append(kubeObjects, obj)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	ranges := testRanges(t)
-	var err error
-	f := &fixture{t: t, kube: kubefake.NewClientset(kubeObjects...), kv: kvfake.NewClientset(kvObjects...), ranges: ranges,
-		recorder: record.NewFakeRecorder(100), fence: &fence{}}
-	cc := caches.Config{Kube: f.kube, KubeVirt: f.kv, Ranges: ranges}
-	rangeCaches, cluster := caches.NewRanges(cc), caches.NewCluster(cc)
-	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
-	// CDI is served when the test brings DataVolumes.
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{caches.DataVolumeGVR: "DataVolumeList"}, dataVolumes...)
-	if len(dataVolumes) > 0 {
-		f.kube.Resources = []*metav1.APIResourceList{{GroupVersion: caches.DataVolumeGVR.GroupVersion().String(),
-			APIResources: []metav1.APIResource{{Name: caches.DataVolumeGVR.Resource, Namespaced: true, Kind: "DataVolume"}}}}
-	}
-	f.dyn = dyn
-	objectCaches := caches.NewTemplateObjects(f.kube, md, dyn, "")
-	f.c, err = New(Config{
-		Kube: f.kube, KubeVirt: f.kv, Metadata: md, Fence: f.fence, Ranges: ranges,
-		Caches: rangeCaches, Cluster: cluster, Options: template.DefaultOptions(),
-		ClusterConfig: staticConfig{clusterconfig.DefaultConfig("amd64")}, Objects: objectCaches,
-		UrgentStatusWait: time.Millisecond, LazyStatusWait: time.Millisecond, BusyDepth: 1000,
-		Recorder: f.recorder,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := objectCaches.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := range ranges.Count() {
-		if err := rangeCaches.Acquired(ctx, i); err != nil {
-			t.Fatal(err)
-		}
-	}
-	go f.c.batcher.Run(ctx)
-	f.kube.ClearActions()
-	f.kv.ClearActions()
+	f := &fixture{}
+	opts := Options{UrgentStatusWait: time.Millisecond, LazyStatusWait: time.Millisecond, BusyDepth: 1000}
+	f.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "vmi", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		f.c = newController(env, rt, opts, nil, nil)
+		return f.c.declare(), nil
+	}}, shardedtest.Cluster{Objects: objects})
 	return f
 }
 
 func (f *fixture) item(vmi *virtv1.VirtualMachineInstance) item {
-	return item{Range: f.ranges.Owner(vmi), Key: vmi.Namespace + "/" + vmi.Name}
-}
-
-// waitForKubeVirtWrites waits until the KubeVirt fake recorded want (the status
-// batcher writes on its own goroutine).
-func (f *fixture) waitForKubeVirtWrites(want ...string) {
-	f.t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return slices.Equal(kvfake.Writes(f.kv.Actions()), want), nil
-	})
-	if err != nil {
-		f.t.Fatalf("KubeVirt writes %q, want %q", kvfake.Writes(f.kv.Actions()), want)
-	}
+	return item{Range: f.Ranges.Owner(vmi), Key: vmi.Namespace + "/" + vmi.Name}
 }
 
 func newVMI(name string) *virtv1.VirtualMachineInstance {
@@ -148,7 +66,7 @@ func newVMI(name string) *virtv1.VirtualMachineInstance {
 // and running.
 func runningLauncherPod(t *testing.T, vmi *virtv1.VirtualMachineInstance) *corev1.Pod {
 	t.Helper()
-	pod, err := template.Render(vmi, testRanges(t).Owner(vmi), template.DefaultOptions(), clusterconfig.DefaultConfig("amd64"), nil)
+	pod, err := template.Render(vmi, shardedtest.Ranges(t).Owner(vmi), template.DefaultOptions(), clusterconfig.DefaultConfig("amd64"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,38 +75,28 @@ func runningLauncherPod(t *testing.T, vmi *virtv1.VirtualMachineInstance) *corev
 	return pod
 }
 
-// testRanges are the fixture's ranges.
-func testRanges(t *testing.T) shard.Ranges {
-	t.Helper()
-	ranges, err := shard.NewRanges(4, shard.KeyUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ranges
-}
-
 func TestSyncCreatesTheLauncherPodOfAPendingVMI(t *testing.T) {
 	vmi := newVMI("a")
 	f := newFixture(t, vmi)
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 		t.Fatal(err)
 	}
-	if got := kvfake.Writes(f.kube.Actions()); !slices.Equal(got, []string{"create pods"}) {
+	if got := kvfake.Writes(f.Kube.Actions()); !slices.Equal(got, []string{"create pods"}) {
 		t.Fatalf("writes %q, want one pod create", got)
 	}
-	created := f.kube.Actions()[0].(k8stesting.CreateAction).GetObject().(*corev1.Pod)
-	if created.Labels[virtv1.CreatedByLabel] != string(vmi.UID) || created.Labels[shard.LabelRange] != fmt.Sprint(f.ranges.Owner(vmi)) {
+	created := f.Kube.Actions()[0].(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+	if created.Labels[virtv1.CreatedByLabel] != string(vmi.UID) || created.Labels[shard.LabelRange] != fmt.Sprint(f.Ranges.Owner(vmi)) {
 		t.Errorf("pod labels %v: want the VMI's UID and range", created.Labels)
 	}
 	// Syncs while the pod is on its way to the cache, and after, create
 	// no second pod.
-	f.kube.ClearActions()
+	f.Kube.ClearActions()
 	for range 3 {
 		if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := kvfake.Writes(f.kube.Actions()); slices.Contains(got, "create pods") {
+	if got := kvfake.Writes(f.Kube.Actions()); slices.Contains(got, "create pods") {
 		t.Errorf("later syncs wrote %q: a second pod", got)
 	}
 }
@@ -196,11 +104,11 @@ func TestSyncCreatesTheLauncherPodOfAPendingVMI(t *testing.T) {
 func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 	vmi := newVMI("a")
 	f := newFixture(t, vmi)
-	f.fence.cut = true
+	f.Fence.Cut()
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil && !errors.Is(err, sharded.ErrNotHeld) {
 		t.Fatalf("sync returned %v, want nothing or ErrNotHeld (the worker drops the item)", err)
 	}
-	if got := kvfake.Writes(f.kube.Actions()); len(got) != 0 {
+	if got := kvfake.Writes(f.Kube.Actions()); len(got) != 0 {
 		t.Errorf("writes %q for a range not held", got)
 	}
 	if !f.c.expectations.Satisfied(f.item(vmi).Range, f.item(vmi).Key) {
@@ -211,7 +119,7 @@ func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 func TestSyncRetriesAFailedCreateAndSaysWhy(t *testing.T) {
 	vmi := newVMI("a")
 	f := newFixture(t, vmi)
-	f.kube.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	f.Kube.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("the API server is overloaded")
 	})
 	err := f.c.sync(context.Background(), f.item(vmi))
@@ -222,7 +130,7 @@ func TestSyncRetriesAFailedCreateAndSaysWhy(t *testing.T) {
 		t.Error("the expectation of a failed create is still raised: the retry would wait for it")
 	}
 	select {
-	case e := <-f.recorder.Events:
+	case e := <-f.Recorder.Events:
 		if !strings.Contains(e, ReasonFailedCreate) {
 			t.Errorf("event %q, want %s", e, ReasonFailedCreate)
 		}
@@ -239,11 +147,11 @@ func TestSyncBlocksAVMIWithAnInvalidNetworkWithoutRetrying(t *testing.T) {
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 		t.Fatalf("sync returned %v: bad input must not be retried", err)
 	}
-	if got := kvfake.Writes(f.kube.Actions()); len(got) != 0 {
+	if got := kvfake.Writes(f.Kube.Actions()); len(got) != 0 {
 		t.Errorf("writes %q for an invalid VMI", got)
 	}
-	f.waitForKubeVirtWrites("patch virtualmachineinstances")
-	patch := string(f.kv.Actions()[len(f.kv.Actions())-1].(k8stesting.PatchAction).GetPatch())
+	f.WaitForKubeVirtWrites("patch virtualmachineinstances")
+	patch := string(f.KubeVirt.Actions()[len(f.KubeVirt.Actions())-1].(k8stesting.PatchAction).GetPatch())
 	if !strings.Contains(patch, ReasonInvalidNetwork) || !strings.Contains(patch, `"resourceVersion":"1"`) {
 		t.Errorf("status patch %s: want the %s condition at the cached resourceVersion", patch, ReasonInvalidNetwork)
 	}
@@ -257,11 +165,11 @@ func TestSyncFailsARunningVMIWhosePodIsGone(t *testing.T) {
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 		t.Fatal(err)
 	}
-	if got := kvfake.Writes(f.kube.Actions()); len(got) != 0 {
+	if got := kvfake.Writes(f.Kube.Actions()); len(got) != 0 {
 		t.Errorf("kube writes %q: a launcher pod is never created again after Pending", got)
 	}
-	f.waitForKubeVirtWrites("patch virtualmachineinstances")
-	patch := string(f.kv.Actions()[len(f.kv.Actions())-1].(k8stesting.PatchAction).GetPatch())
+	f.WaitForKubeVirtWrites("patch virtualmachineinstances")
+	patch := string(f.KubeVirt.Actions()[len(f.KubeVirt.Actions())-1].(k8stesting.PatchAction).GetPatch())
 	if !strings.Contains(patch, `"phase":"Failed"`) || !strings.Contains(patch, ReasonPodGone) {
 		t.Errorf("status patch %s: want Failed for %s", patch, ReasonPodGone)
 	}
@@ -290,7 +198,7 @@ func TestSyncLeavesAVMIWhoseMigrationSourcePodEndedBeforeItsMoveWasSeen(t *testi
 			}
 			if !tc.wantFail {
 				// Nothing may be written, now or by the batcher later.
-				if got := kvfake.Writes(f.kv.Actions()); len(got) != 0 {
+				if got := kvfake.Writes(f.KubeVirt.Actions()); len(got) != 0 {
 					t.Errorf("writes %q, want none", got)
 				}
 				if f.c.batcher.Pending(f.item(vmi).Key, vmi.UID) {
@@ -298,8 +206,8 @@ func TestSyncLeavesAVMIWhoseMigrationSourcePodEndedBeforeItsMoveWasSeen(t *testi
 				}
 				return
 			}
-			f.waitForKubeVirtWrites("patch virtualmachineinstances")
-			patch := string(f.kv.Actions()[len(f.kv.Actions())-1].(k8stesting.PatchAction).GetPatch())
+			f.WaitForKubeVirtWrites("patch virtualmachineinstances")
+			patch := string(f.KubeVirt.Actions()[len(f.KubeVirt.Actions())-1].(k8stesting.PatchAction).GetPatch())
 			if !strings.Contains(patch, `"phase":"Failed"`) || !strings.Contains(patch, ReasonPodFailed) {
 				t.Errorf("status patch %s: want Failed for %s", patch, ReasonPodFailed)
 			}
@@ -316,7 +224,7 @@ func TestSyncDeletesTheLauncherPodOfADeletedVMI(t *testing.T) {
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 		t.Fatal(err)
 	}
-	actions := f.kube.Actions()
+	actions := f.Kube.Actions()
 	if got := kvfake.Writes(actions); !slices.Equal(got, []string{"delete pods"}) {
 		t.Fatalf("writes %q, want the launcher pod deleted", got)
 	}
@@ -336,16 +244,16 @@ func TestSyncRestoresAnEditedRangeLabelInsteadOfFailingTheVMI(t *testing.T) {
 	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 		t.Fatal(err)
 	}
-	actions := f.kube.Actions()
+	actions := f.Kube.Actions()
 	if got := kvfake.Writes(actions); !slices.Equal(got, []string{"patch pods"}) {
 		t.Fatalf("kube writes %q, want the range label patched back", got)
 	}
 	patch := string(actions[len(actions)-1].(k8stesting.PatchAction).GetPatch())
-	want := fmt.Sprintf(`{"metadata":{"uid":"pod-uid","resourceVersion":"1","labels":{"%s":"%d"}}}`, shard.LabelRange, f.ranges.Owner(vmi))
+	want := fmt.Sprintf(`{"metadata":{"uid":"pod-uid","resourceVersion":"1","labels":{"%s":"%d"}}}`, shard.LabelRange, f.Ranges.Owner(vmi))
 	if patch != want {
 		t.Errorf("patch %s, want %s: the label, at the pod's UID and resourceVersion", patch, want)
 	}
-	if got := kvfake.Writes(f.kv.Actions()); len(got) != 0 {
+	if got := kvfake.Writes(f.KubeVirt.Actions()); len(got) != 0 {
 		t.Errorf("KubeVirt writes %q: the VMI must not fail for an edited label", got)
 	}
 }
@@ -359,14 +267,14 @@ func TestSyncDoesNotFailAVMIWhosePodTheCacheHasNotSeenYet(t *testing.T) {
 	vmi.Status.NodeName = "node-1"
 	pod := runningLauncherPod(t, vmi)
 	f := newFixture(t, vmi) // the caches listed no pod
-	f.kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	f.Kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, &corev1.PodList{Items: []corev1.Pod{*pod}}, nil // the server has it
 	})
 	err := f.c.sync(context.Background(), f.item(vmi))
 	if err == nil || !strings.Contains(err.Error(), pod.Name) {
 		t.Errorf("sync error %v: want one naming the uncached pod, for a retry", err)
 	}
-	if got := append(kvfake.Writes(f.kube.Actions()), kvfake.Writes(f.kv.Actions())...); len(got) != 0 {
+	if got := append(kvfake.Writes(f.Kube.Actions()), kvfake.Writes(f.KubeVirt.Actions())...); len(got) != 0 {
 		t.Errorf("writes %q, want none", got)
 	}
 	if f.c.batcher.Pending(f.item(vmi).Key, vmi.UID) {
@@ -409,7 +317,7 @@ func TestSyncProvisionsADataVolumeWaitingForItsFirstConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var created []*corev1.Pod
-	for _, a := range f.kube.Actions() {
+	for _, a := range f.Kube.Actions() {
 		if c, ok := a.(k8stesting.CreateAction); ok && a.GetResource().Resource == "pods" {
 			created = append(created, c.GetObject().(*corev1.Pod))
 		}
@@ -418,8 +326,8 @@ func TestSyncProvisionsADataVolumeWaitingForItsFirstConsumer(t *testing.T) {
 		created[0].Annotations[virtv1.EphemeralProvisioningObject] != "true" {
 		t.Fatalf("pods created %v, want one temporary pod %s", created, template.ProvisioningPodName(vmi))
 	}
-	f.waitForKubeVirtWrites("patch virtualmachineinstances")
-	status := f.kv.Actions()[0].(k8stesting.PatchAction).GetPatch()
+	f.WaitForKubeVirtWrites("patch virtualmachineinstances")
+	status := f.KubeVirt.Actions()[0].(k8stesting.PatchAction).GetPatch()
 	if !strings.Contains(string(status), string(virtv1.VirtualMachineInstanceProvisioning)) {
 		t.Errorf("status patch %s, want the Provisioning condition", status)
 	}
@@ -428,16 +336,16 @@ func TestSyncProvisionsADataVolumeWaitingForItsFirstConsumer(t *testing.T) {
 	temp := created[0].DeepCopy()
 	temp.UID, temp.Status.Phase = "temp-uid", corev1.PodRunning
 	ctx := context.Background()
-	if _, err := f.kube.CoreV1().Pods("default").Update(ctx, temp, metav1.UpdateOptions{}); err != nil {
+	if _, err := f.Kube.CoreV1().Pods("default").Update(ctx, temp, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	dv := cdiDataVolume("lazy", "ImportInProgress")
-	if _, err := f.dyn.Resource(caches.DataVolumeGVR).Namespace("default").UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
+	if _, err := f.Dynamic.Resource(caches.DataVolumeGVR).Namespace("default").UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		pods := f.c.cfg.Caches.Get(f.ranges.Owner(vmi)).PodsOf(vmi)
-		obj, _, _ := f.c.cfg.Objects.DataVolumes.GetStore().GetByKey("default/lazy")
+		pods := kinds.PodsOf(f.Range(f.Ranges.Owner(vmi)), vmi)
+		obj, _, _ := f.Env.Objects.DataVolumes.GetStore().GetByKey("default/lazy")
 		phase := ""
 		if obj != nil {
 			phase, _, _ = unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "status", "phase")
@@ -447,14 +355,14 @@ func TestSyncProvisionsADataVolumeWaitingForItsFirstConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal("the caches never showed the running temporary pod and the import")
 	}
-	f.kube.ClearActions()
+	f.Kube.ClearActions()
 	if err := f.c.sync(ctx, f.item(vmi)); err != nil {
 		t.Fatal(err)
 	}
-	if got := kvfake.Writes(f.kube.Actions()); !slices.Equal(got, []string{"delete pods"}) {
+	if got := kvfake.Writes(f.Kube.Actions()); !slices.Equal(got, []string{"delete pods"}) {
 		t.Fatalf("kube writes %q, want only the temporary pod deleted (no launcher pod while the import runs)", got)
 	}
-	opts := f.kube.Actions()[0].(k8stesting.DeleteAction).GetDeleteOptions()
+	opts := f.Kube.Actions()[0].(k8stesting.DeleteAction).GetDeleteOptions()
 	if opts.Preconditions == nil || opts.Preconditions.UID == nil || *opts.Preconditions.UID != "temp-uid" ||
 		opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds != 0 {
 		t.Errorf("delete options %+v, want the pod's UID as precondition and no grace", opts)

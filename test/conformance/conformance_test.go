@@ -19,6 +19,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/shard"
 )
 
 var updateDifferences = flag.Bool("update-differences", false,
@@ -255,7 +256,7 @@ func (c renderedCase) normalize(pod *corev1.Pod) *corev1.Pod {
 	pod.GenerateName = c.want.GenerateName
 	pod.Name = c.want.Name
 	pod.Namespace = c.want.Namespace
-	delete(pod.Labels, template.DefaultOptions().RangeLabel)
+	delete(pod.Labels, shard.LabelRange)
 	for i := range pod.Spec.Containers {
 		command := pod.Spec.Containers[i].Command
 		for j := 0; j+1 < len(command); j++ {

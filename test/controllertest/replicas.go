@@ -68,7 +68,7 @@ func Start(t *testing.T, ns, id string, configure func(*app.Options)) *Replica {
 	opts.QPS, opts.Burst = -1, 0
 	opts.Registry = prometheus.NewRegistry()
 	// Short lazy waits keep the tests quick; the bench uses the defaults.
-	opts.LazyStatus = time.Second
+	opts.VMI.LazyStatusWait = time.Second
 	if configure != nil {
 		configure(opts)
 	}

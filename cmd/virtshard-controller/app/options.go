@@ -4,9 +4,13 @@ package app
 import (
 	"errors"
 	"flag"
-	"github.com/virtshard/virtshard/controllers/template"
+	"fmt"
 	"net"
+	"strconv"
 	"time"
+
+	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/controllers/vmi"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
@@ -37,11 +41,9 @@ type Options struct {
 	SuspectAfter time.Duration
 	// WarmCaches starts the informers of a suspect replica's ranges before
 	// they are taken over (shard.Preparer); off, they sync after the claim.
-	WarmCaches    bool
-	Workers       int
-	StatusWorkers int
-	QPS           float64
-	Burst         int
+	WarmCaches bool
+	QPS        float64
+	Burst      int
 	// Address of the HTTP endpoint; loopback unless SecureServing.
 	Address string
 	// SecureServing serves HTTPS and delegates authentication and
@@ -51,30 +53,19 @@ type Options struct {
 	Pprof                   bool
 	// Listener, when set, is served instead of listening on Address (tests).
 	Listener      net.Listener
-	LazyStatus    time.Duration
-	BusyStatus    time.Duration
-	BusyDepth     int
-	UrgentStatus  time.Duration
 	LauncherImage string
 	// SidecarShimImage runs hook sidecars that name no image.
 	SidecarShimImage string
 	// KubeVirtNamespace is where the KubeVirt CR lives, whose configuration
 	// the replicas follow.
 	KubeVirtNamespace string
-	// MaxStartBackoff caps the crash-loop backoff of VMs whose VMIs fail
-	// before they run.
-	MaxStartBackoff time.Duration
-	// Migration limits (cluster-wide, across all replicas): overrides of
-	// the KubeVirt CR's; 0 takes the CR's. And timeouts.
-	MigrationsPerCluster          int
-	OutboundMigrationsPerNode     int
-	MigrationUnschedulableTimeout time.Duration
-	MigrationPendingTimeout       time.Duration
-	// NodeGracePeriod a node may be NotReady before its VMIs fail;
-	// DrainTaintKey marks a node to evacuate: an override of the KubeVirt
-	// CR's, "" takes the CR's.
-	NodeGracePeriod time.Duration
-	DrainTaintKey   string
+	// The controllers' own options, and their worker counts by name
+	// (--<name>-workers), each defaulting to its declaration's.
+	VMI       vmi.Options
+	VM        vm.Options
+	Migration migration.Options
+	Node      node.Options
+	Workers   map[string]int
 	// PyroscopeAddress turns continuous profiling on (off when empty);
 	// PyroscopeUploadRate is how often profiles are sent.
 	PyroscopeAddress    string
@@ -99,27 +90,21 @@ func NewOptions() *Options {
 		RenewDeadline: shard.DefaultRenewDeadline,
 		RetryPeriod:   shard.DefaultRetryPeriod,
 		WarmCaches:    true,
-		Workers:       8,
-		StatusWorkers: 8,
 		QPS:           200,
 		Burst:         400,
 		Address:       "127.0.0.1:8080",
-		LazyStatus:    2 * time.Second,
-		BusyStatus:    time.Minute,
-		BusyDepth:     20,
-		UrgentStatus:  5 * time.Millisecond,
 		LauncherImage: "quay.io/kubevirt/virt-launcher:v1.8.1",
 
 		SidecarShimImage: template.DefaultOptions().SidecarShimImage,
 
 		KubeVirtNamespace: clusterconfig.DefaultNamespace,
 
-		MaxStartBackoff: vm.DefaultMaxStartBackoff,
+		VMI:       vmi.DefaultOptions(),
+		VM:        vm.DefaultOptions(),
+		Migration: migration.DefaultOptions(),
+		Node:      node.DefaultOptions(),
 
-		MigrationUnschedulableTimeout: migration.DefaultUnschedulableTimeout,
-		MigrationPendingTimeout:       migration.DefaultPendingTimeout,
-		NodeGracePeriod:               node.DefaultGracePeriod,
-		PyroscopeUploadRate:           15 * time.Second,
+		PyroscopeUploadRate: 15 * time.Second,
 	}
 }
 
@@ -137,8 +122,6 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "lease renew and retry period")
 	fs.DurationVar(&o.SuspectAfter, "suspect-after", o.SuspectAfter, "warm the caches of a replica's ranges once its member lease is unchanged this long, to take them over fast if it dies; 0: two retry periods, at most the renew deadline")
 	fs.BoolVar(&o.WarmCaches, "warm-caches", o.WarmCaches, "start the informers of a suspect replica's ranges before taking them over; false: sync them after the claim (less memory and API load while a replica only looks dead, slower takeovers at large object counts)")
-	fs.IntVar(&o.Workers, "workers", o.Workers, "reconcile workers of each controller")
-	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "concurrent status patches")
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "client QPS to the API server")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "client burst to the API server")
 	fs.StringVar(&o.Address, "address", o.Address, "address of /metrics, /healthz, /readyz (and /debug/pprof); a non-loopback address needs --secure-serving")
@@ -146,20 +129,23 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serving certificate of --secure-serving; empty: a self-signed one made at start")
 	fs.StringVar(&o.TLSKeyFile, "tls-private-key-file", o.TLSKeyFile, "private key of --tls-cert-file")
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --address, behind the same protection as /metrics")
-	fs.DurationVar(&o.LazyStatus, "lazy-status-wait", o.LazyStatus, "how long an intermediate phase may wait to share a patch")
-	fs.DurationVar(&o.BusyStatus, "busy-status-wait", o.BusyStatus, "the same while at least --busy-depth VMIs are queued or have status pending")
-	fs.IntVar(&o.BusyDepth, "busy-depth", o.BusyDepth, "VMIs queued for a sync or with status pending from which the controller counts as busy")
-	fs.DurationVar(&o.UrgentStatus, "urgent-status-wait", o.UrgentStatus, "batching window of other status writes")
 	fs.StringVar(&o.LauncherImage, "launcher-image", o.LauncherImage, "virt-launcher image of launcher pods")
 	fs.StringVar(&o.SidecarShimImage, "sidecar-shim-image", o.SidecarShimImage, "image of hook sidecars that name none (virt-operator gives virt-controller the install's sidecar-shim image)")
 	fs.StringVar(&o.KubeVirtNamespace, "kubevirt-namespace", o.KubeVirtNamespace, "namespace of the KubeVirt CR whose spec.configuration the replicas follow (KubeVirt's defaults without one)")
-	fs.DurationVar(&o.MaxStartBackoff, "max-start-backoff", o.MaxStartBackoff, "cap of the wait before a VM whose VMI failed before running is started again")
-	fs.IntVar(&o.MigrationsPerCluster, "parallel-migrations-per-cluster", o.MigrationsPerCluster, "live migrations in flight in the whole cluster, across all replicas; 0: the KubeVirt CR's spec.configuration.migrations.parallelMigrationsPerCluster, followed live (5 without a CR)")
-	fs.IntVar(&o.OutboundMigrationsPerNode, "parallel-outbound-migrations-per-node", o.OutboundMigrationsPerNode, "live migrations in flight out of one node; 0: the KubeVirt CR's parallelOutboundMigrationsPerNode, followed live (2 without a CR)")
-	fs.DurationVar(&o.MigrationUnschedulableTimeout, "migration-unschedulable-timeout", o.MigrationUnschedulableTimeout, "fail a migration whose target pod is unschedulable this long")
-	fs.DurationVar(&o.MigrationPendingTimeout, "migration-pending-timeout", o.MigrationPendingTimeout, "fail a migration whose target pod is not running this long")
-	fs.DurationVar(&o.NodeGracePeriod, "node-grace-period", o.NodeGracePeriod, "fail the VMIs of a node NotReady this long")
-	fs.StringVar(&o.DrainTaintKey, "drain-taint-key", o.DrainTaintKey, "key of the NoSchedule taint that marks a node whose VMIs are migrated away; empty: the KubeVirt CR's nodeDrainTaintKey, followed live (kubevirt.io/drain without a CR)")
+	o.VMI.AddFlags(fs)
+	o.VM.AddFlags(fs)
+	o.Migration.AddFlags(fs)
+	o.Node.AddFlags(fs)
+	// A worker flag per declared controller: declaring one adds its flag.
+	if o.Workers == nil {
+		o.Workers = map[string]int{}
+	}
+	for _, d := range o.declarations() {
+		if _, set := o.Workers[d.Name]; !set {
+			o.Workers[d.Name] = d.Workers
+		}
+		fs.Var(workers{o.Workers, d.Name}, d.Name+"-workers", "reconcile workers of the "+d.Name+" controller")
+	}
 	fs.StringVar(&o.PyroscopeAddress, "pyroscope-address", o.PyroscopeAddress, "Pyroscope server to send continuous profiles to (e.g. http://pyroscope:4040); empty: off")
 	fs.DurationVar(&o.PyroscopeUploadRate, "pyroscope-upload-rate", o.PyroscopeUploadRate, "how often profiles are sent to --pyroscope-address")
 }
@@ -187,20 +173,11 @@ func (o *Options) Validate() error {
 	if err := o.shardTimings().ValidateTimings(); err != nil {
 		errs = append(errs, err)
 	}
-	if o.Workers < 1 || o.StatusWorkers < 1 {
-		errs = append(errs, errors.New("--workers and --status-workers must be at least 1"))
-	}
-	if o.MigrationsPerCluster < 0 || o.OutboundMigrationsPerNode < 0 {
-		errs = append(errs, errors.New("migration limits must be at least 1, or 0 for the KubeVirt CR's"))
-	}
-	if o.MigrationUnschedulableTimeout <= 0 || o.MigrationPendingTimeout <= 0 {
-		errs = append(errs, errors.New("migration timeouts must be positive"))
-	}
-	if o.NodeGracePeriod <= 0 {
-		errs = append(errs, errors.New("--node-grace-period must be positive"))
-	}
-	if o.MaxStartBackoff <= 0 {
-		errs = append(errs, errors.New("--max-start-backoff must be positive"))
+	errs = append(errs, o.VMI.Validate(), o.VM.Validate(), o.Migration.Validate(), o.Node.Validate())
+	for name, n := range o.Workers {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("--%s-workers must be at least 1", name))
+		}
 	}
 	if err := (serving.Options{Address: o.Address, Listener: o.Listener, Secure: o.SecureServing}).Validate(); err != nil {
 		errs = append(errs, err)
@@ -212,6 +189,28 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--identity and --namespace must not be empty"))
 	}
 	return errors.Join(errs...)
+}
+
+// workers is the flag.Value of one controller's worker count.
+type workers struct {
+	counts map[string]int
+	name   string
+}
+
+func (w workers) String() string {
+	if w.counts == nil {
+		return "0"
+	}
+	return strconv.Itoa(w.counts[w.name])
+}
+
+func (w workers) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return err
+	}
+	w.counts[w.name] = n
+	return nil
 }
 
 // shardTimings is the shard Config's lease timings as the replica will run

@@ -18,18 +18,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/events"
-	"github.com/virtshard/virtshard/controllers/migration"
-	"github.com/virtshard/virtshard/controllers/node"
 	"github.com/virtshard/virtshard/controllers/sharded"
-	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
-	"github.com/virtshard/virtshard/controllers/vm"
-	"github.com/virtshard/virtshard/controllers/vmi"
 	"github.com/virtshard/virtshard/replica/clientmetrics"
 	"github.com/virtshard/virtshard/replica/profiling"
 	"github.com/virtshard/virtshard/replica/queuemetrics"
@@ -78,15 +74,21 @@ func (o *Options) Run(ctx context.Context) error {
 		stopControllers()
 		recorder.Stop()
 	}()
-	w := wiring{
-		clients: c, ranges: ranges, fence: manager, rangeCaches: rangeCaches, cluster: caches.NewCluster(cachesConfig),
-		objects: caches.NewTemplateObjects(c.kube, c.meta, c.dyn, o.Watch), clusterConfig: clusterConfig, recorder: recorder,
-		registry: registry, shardMetrics: shardMetrics, reconcileMetrics: sharded.NewMetrics(registry),
+	tmpl := template.DefaultOptions()
+	tmpl.LauncherImage = o.LauncherImage
+	tmpl.SidecarShimImage = o.SidecarShimImage
+	env := &sharded.Env{
+		Kube: c.kube, KubeVirt: c.kv, Metadata: c.meta, Dynamic: c.dyn,
+		Ranges: ranges, Caches: rangeCaches, Objects: caches.NewTemplateObjects(c.kube, c.meta, c.dyn, o.Watch),
+		ClusterConfig: clusterConfig, Template: tmpl,
+		ReplicaNamespace: o.Namespace, Name: o.Name,
+		Recorder: recorder, Registry: registry, Clock: clock.RealClock{},
 	}
-	ctrls, err := o.controllers(w)
+	ctrls, err := o.startControllers(env, manager, sharded.NewMetrics(registry))
 	if err != nil {
 		return err
 	}
+	rangeCaches.RegisterMetrics(registry)
 	stopServing, err := o.serve(registry, c.kube, manager.Ready)
 	if err != nil {
 		return err
@@ -96,7 +98,7 @@ func (o *Options) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var configErr error
 	wg.Go(func() { configErr = clusterConfig.Run(controllerCtx) })
-	if err := startCaches(ctx, controllerCtx, stopControllers, w, ctrls); err != nil {
+	if err := startCaches(ctx, controllerCtx, stopControllers, env, clusterConfig.HasSynced, ctrls); err != nil {
 		stopControllers()
 		wg.Wait()
 		if errors.Is(err, errStoppedStarting) {
@@ -105,7 +107,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return errors.Join(err, configErr)
 	}
 	var runErr error
-	wg.Go(func() { runErr = ctrls.run(controllerCtx, o.Workers) })
+	wg.Go(func() { runErr = ctrls.run(controllerCtx) })
 	logger.Info("Replica started", "namespace", o.Namespace, "ranges", o.RangeCount, "shardKey", o.ShardKey)
 	// The manager hands every range off (Releasing) before it returns; only
 	// then do the controllers' workers stop.
@@ -173,111 +175,31 @@ func (o *Options) manager(kube kubernetes.Interface, ranges shard.Ranges, rangeC
 	})
 }
 
-// wiring is what the replica gives its controllers.
-type wiring struct {
-	clients
-	ranges           shard.Ranges
-	fence            sharded.Fence
-	rangeCaches      *caches.Ranges
-	cluster          *caches.Cluster
-	objects          *caches.TemplateObjects
-	clusterConfig    *clusterconfig.Watcher
-	recorder         *events.Recorder
-	registry         *prometheus.Registry
-	shardMetrics     *shard.Metrics
-	reconcileMetrics *sharded.Metrics
+// controller is one running controller: its runtime and worker count.
+type controller struct {
+	rt      *sharded.Runtime
+	workers int
 }
 
-// replicaControllers are the replica's controllers.
-type replicaControllers struct {
-	vmi       *vmi.Controller
-	vm        *vm.Controller
-	migration *migration.Controller
-	node      *node.Controller
-}
+type replicaControllers []controller
 
-// controllers builds every controller; each registers with the range
-// caches, which the manager hands ranges to once it runs.
-func (o *Options) controllers(w wiring) (*replicaControllers, error) {
-	tmpl := template.DefaultOptions()
-	tmpl.LauncherImage = o.LauncherImage
-	tmpl.SidecarShimImage = o.SidecarShimImage
-	tmpl.RangeLabel = shard.LabelRange
-	var c replicaControllers
-	var err error
-	c.vmi, err = vmi.New(vmi.Config{
-		Kube: w.kube, KubeVirt: w.kv, Metadata: w.meta,
-		Fence:            w.fence,
-		Namespace:        o.Watch,
-		Ranges:           w.ranges,
-		Caches:           w.rangeCaches,
-		Cluster:          w.cluster,
-		Options:          tmpl,
-		ClusterConfig:    w.clusterConfig,
-		Objects:          w.objects,
-		LazyStatusWait:   o.LazyStatus,
-		BusyStatusWait:   o.BusyStatus,
-		BusyDepth:        o.BusyDepth,
-		UrgentStatusWait: o.UrgentStatus,
-		StatusWorkers:    o.StatusWorkers,
-		Metrics:          vmi.NewMetrics(w.registry),
-		ShardMetrics:     w.shardMetrics,
-		StatusMetrics:    status.NewMetrics(w.registry),
-		Recorder:         w.recorder,
-		ReconcileMetrics: w.reconcileMetrics,
-	})
-	if err != nil {
-		return nil, err
+// startControllers builds every declared controller on env; each
+// registers with the range caches, which the manager hands ranges to once
+// it runs.
+func (o *Options) startControllers(env *sharded.Env, fence sharded.Fence, metrics *sharded.Metrics) (replicaControllers, error) {
+	var ctrls replicaControllers
+	for _, d := range o.declarations() {
+		rt := sharded.New(sharded.Config{Name: d.Name, Ranges: env.Ranges.Count(), Fence: fence, Clock: env.Clock, Metrics: metrics})
+		if err := rt.Start(env, d); err != nil {
+			return nil, err
+		}
+		workers, ok := o.Workers[d.Name]
+		if !ok {
+			workers = d.Workers
+		}
+		ctrls = append(ctrls, controller{rt: rt, workers: workers})
 	}
-	vmi.RegisterGauges(w.registry, c.vmi)
-	c.vm, err = vm.New(vm.Config{
-		Kube: w.kube, KubeVirt: w.kv,
-		Fence:            w.fence,
-		Ranges:           w.ranges,
-		Caches:           w.rangeCaches,
-		MaxStartBackoff:  o.MaxStartBackoff,
-		Recorder:         w.recorder,
-		ReconcileMetrics: w.reconcileMetrics,
-	})
-	if err != nil {
-		return nil, err
-	}
-	c.migration, err = migration.New(migration.Config{
-		Kube: w.kube, KubeVirt: w.kv,
-		Fence:                w.fence,
-		Ranges:               w.ranges,
-		Caches:               w.rangeCaches,
-		Cluster:              w.cluster,
-		Namespace:            o.Namespace,
-		Name:                 o.Name,
-		Limits:               migration.Limits{PerCluster: o.MigrationsPerCluster, PerNode: o.OutboundMigrationsPerNode},
-		UnschedulableTimeout: o.MigrationUnschedulableTimeout,
-		PendingTimeout:       o.MigrationPendingTimeout,
-		Options:              tmpl,
-		ClusterConfig:        w.clusterConfig,
-		Objects:              w.objects,
-		Recorder:             w.recorder,
-		ReconcileMetrics:     w.reconcileMetrics,
-	})
-	if err != nil {
-		return nil, err
-	}
-	c.node, err = node.New(node.Config{
-		Kube: w.kube, KubeVirt: w.kv,
-		Fence:            w.fence,
-		Ranges:           w.ranges,
-		Caches:           w.rangeCaches,
-		Cluster:          w.cluster,
-		GracePeriod:      o.NodeGracePeriod,
-		DrainTaintKey:    o.DrainTaintKey,
-		ClusterConfig:    w.clusterConfig,
-		Recorder:         w.recorder,
-		ReconcileMetrics: w.reconcileMetrics,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &c, nil
+	return ctrls, nil
 }
 
 // serve starts the replica's HTTP endpoint and returns its stop.
@@ -308,20 +230,30 @@ var errStoppedStarting = errors.New("stopped while starting")
 
 // startCaches runs the cluster-wide caches on controllerCtx and waits for
 // them, and for the KubeVirt CR, before any range is taken: until then the
-// controllers could not render a pod. If ctx (the replica's run) ends
-// first, it stops the controllers' context and returns errStoppedStarting.
-func startCaches(ctx, controllerCtx context.Context, stop func(), w wiring, c *replicaControllers) error {
-	if err := w.cluster.Run(controllerCtx); err != nil {
-		return err
-	}
-	if err := w.objects.Run(controllerCtx); err != nil {
-		return err
-	}
-	if !cache.WaitForNamedCacheSync("kubevirt-config", controllerCtx.Done(), w.clusterConfig.HasSynced) {
-		return fmt.Errorf("KubeVirt CR cache did not sync: %w", ctx.Err())
-	}
+// controllers could not render a pod. Then every controller follows its
+// cluster-wide kinds. If ctx (the replica's run) ends first, it stops the
+// controllers' context and returns errStoppedStarting.
+func startCaches(ctx, controllerCtx context.Context, stop func(), env *sharded.Env, configSynced cache.InformerSynced, ctrls replicaControllers) error {
 	started := make(chan error, 1)
-	go func() { started <- c.vmi.Start(controllerCtx) }()
+	go func() {
+		started <- func() error {
+			if err := env.Caches.RunCluster(controllerCtx); err != nil {
+				return err
+			}
+			if err := env.Objects.Run(controllerCtx); err != nil {
+				return err
+			}
+			if !cache.WaitForNamedCacheSync("kubevirt-config", controllerCtx.Done(), configSynced) {
+				return fmt.Errorf("KubeVirt CR cache did not sync: %w", controllerCtx.Err())
+			}
+			for _, c := range ctrls {
+				if err := c.rt.Follow(controllerCtx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	}()
 	select {
 	case err := <-started:
 		return err
@@ -334,12 +266,11 @@ func startCaches(ctx, controllerCtx context.Context, stop func(), w wiring, c *r
 
 // run runs every controller until ctx is done and returns all their
 // errors, whichever ends first.
-func (c *replicaControllers) run(ctx context.Context, workers int) error {
-	runs := []func(context.Context, int) error{c.vmi.Run, c.vm.Run, c.migration.Run, c.node.Run}
-	errs := make([]error, len(runs))
+func (c replicaControllers) run(ctx context.Context) error {
+	errs := make([]error, len(c))
 	var wg sync.WaitGroup
-	for i, run := range runs {
-		wg.Go(func() { errs[i] = run(ctx, workers) })
+	for i, ctrl := range c {
+		wg.Go(func() { errs[i] = ctrl.rt.RunWorkers(ctx, ctrl.workers) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

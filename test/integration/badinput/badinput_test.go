@@ -153,7 +153,7 @@ func captureV0Logs(t *testing.T) *syncBuffer {
 func checkV0Logs(t *testing.T, captured *syncBuffer, cfg *rest.Config) {
 	klog.Flush()
 	logs := captured.String()
-	if !strings.Contains(logs, "VMI controller running") {
+	if !strings.Contains(logs, `"Replica started"`) {
 		t.Fatalf("captured no replica logs at V(0) (%d bytes): the log check would prove nothing", len(logs))
 	}
 	forbidden := map[string]string{"an object's annotation or cloud-init password": secret}

@@ -3,6 +3,7 @@ package caches_test
 import (
 	"context"
 	"os"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/shard"
 	"github.com/virtshard/virtshard/test/clustertest"
 )
@@ -54,7 +56,7 @@ func TestPreparedCachesAreWhatAcquiredUses(t *testing.T) {
 	i := ranges.Of(vmi)
 	c := caches.NewRanges(caches.Config{Kube: kubernetes.NewForConfigOrDie(cfg), KubeVirt: kv, Namespace: ns, Ranges: ranges})
 	consumer := &counting{}
-	if err := c.Register(consumer, nil, nil, nil); err != nil {
+	if err := c.Register(consumer, kinds.VMIs.Watch(nil), kinds.LauncherPods.Watch(nil), kinds.VMs.Watch(nil)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -66,7 +68,7 @@ func TestPreparedCachesAreWhatAcquiredUses(t *testing.T) {
 	}
 	key, _ := cache.MetaNamespaceKeyFunc(vmi)
 	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		_, found, err := prepared.VMIs.Get(key)
+		_, found, err := kinds.VMIs.In(prepared).Get(key)
 		return found && err == nil, nil
 	})
 	if err != nil {
@@ -95,7 +97,7 @@ func TestPreparedCachesAreWhatAcquiredUses(t *testing.T) {
 	dropped := c.Prepared(j)
 	c.Unprepare(j)
 	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return dropped.VMIs.Unlabelled.IsStopped() && dropped.VMIs.Labelled.IsStopped() && dropped.Pods.IsStopped() && dropped.VMs.IsStopped(), nil
+		return stopped(dropped), nil
 	})
 	if err != nil {
 		t.Fatalf("informers of unprepared range %d still run", j)
@@ -119,7 +121,7 @@ func TestPreparedCachesAreWhatAcquiredUses(t *testing.T) {
 	if c.Get(i) != nil || c.Prepared(i) != held {
 		t.Fatalf("range %d released after Keep: held %p, prepared %p, want its caches %p prepared", i, c.Get(i), c.Prepared(i), held)
 	}
-	if held.VMIs.Unlabelled.IsStopped() || held.Pods.IsStopped() {
+	if anyStopped(held) {
 		t.Fatalf("informers of range %d stopped though kept", i)
 	}
 	if err := c.Acquired(ctx, i); err != nil {
@@ -133,9 +135,34 @@ func TestPreparedCachesAreWhatAcquiredUses(t *testing.T) {
 		t.Errorf("range %d's caches kept after a release without Keep", i)
 	}
 	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return held.VMIs.Unlabelled.IsStopped() && held.Pods.IsStopped(), nil
+		return stopped(held), nil
 	})
 	if err != nil {
 		t.Errorf("informers of range %d still run after a release without Keep", i)
 	}
+}
+
+// informers are range r's informers of every kind the test serves.
+func informers(r *caches.Range) []cache.SharedIndexInformer {
+	return slices.Concat(kinds.VMIs.In(r).Informers(), kinds.LauncherPods.In(r).Informers(), kinds.VMs.In(r).Informers())
+}
+
+// stopped reports whether all of range r's informers stopped.
+func stopped(r *caches.Range) bool {
+	for _, informer := range informers(r) {
+		if !informer.IsStopped() {
+			return false
+		}
+	}
+	return true
+}
+
+// anyStopped reports whether one of range r's informers stopped.
+func anyStopped(r *caches.Range) bool {
+	for _, informer := range informers(r) {
+		if informer.IsStopped() {
+			return true
+		}
+	}
+	return false
 }

@@ -290,7 +290,7 @@ func TestTargetPodThatDoesNotRunFailsAfterItsTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			controllertest.StartN(t, e.ns, 2, func(o *app.Options) {
-				o.MigrationUnschedulableTimeout, o.MigrationPendingTimeout = tc.unschedulable, tc.pendg
+				o.Migration.UnschedulableTimeout, o.Migration.PendingTimeout = tc.unschedulable, tc.pendg
 			})
 			e.failsWithin(tc.reason)
 		})

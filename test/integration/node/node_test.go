@@ -42,7 +42,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	ns, kube, kv := controllertest.Clients(t)
 	e := &env{t: t, ns: ns, kube: kube, kv: kv}
-	controllertest.StartN(t, e.ns, 3, func(o *app.Options) { o.NodeGracePeriod = gracePeriod })
+	controllertest.StartN(t, e.ns, 3, func(o *app.Options) { o.Node.GracePeriod = gracePeriod })
 	return e
 }
 

@@ -46,7 +46,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, ns: ns, kube: kube, kv: kv, ranges: ranges}
-	controllertest.StartN(t, e.ns, 3, func(o *app.Options) { o.MaxStartBackoff = maxStartBackoff })
+	controllertest.StartN(t, e.ns, 3, func(o *app.Options) { o.VM.MaxStartBackoff = maxStartBackoff })
 	return e
 }
 

@@ -1,4 +1,4 @@
-package caches
+package kinds
 
 import (
 	corev1 "k8s.io/api/core/v1"

@@ -1,4 +1,4 @@
-package caches
+package kinds
 
 import (
 	"encoding/json"

@@ -1,0 +1,21 @@
+package app
+
+import (
+	"github.com/virtshard/virtshard/controllers/migration"
+	"github.com/virtshard/virtshard/controllers/node"
+	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/vm"
+	"github.com/virtshard/virtshard/controllers/vmi"
+)
+
+// declarations are the replica's controllers, in the order they learn of
+// an acquired range (and, in reverse, of its release). A new controller is
+// one line here.
+func (o *Options) declarations() []sharded.Declaration {
+	return []sharded.Declaration{
+		vmi.Declare(o.VMI),
+		vm.Declare(o.VM),
+		migration.Declare(o.Migration),
+		node.Declare(o.Node),
+	}
+}

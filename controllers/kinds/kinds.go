@@ -1,0 +1,152 @@
+// Package kinds declares the kinds of object the replica's controllers
+// share, as the range caches serve them (caches.Kind): what each lists and
+// watches, how an object finds its range (shard.Placement), what the cache
+// keeps of it, and the indexes every reader may use. A kind only one
+// controller reads is declared in that controller's package instead.
+//
+// It declares; it must not act on objects.
+package kinds
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// Indexes the kinds keep for every reader.
+const (
+	// ByVMIUID indexes launcher pods (and migration target pods) by the UID
+	// of the VMI that created them.
+	ByVMIUID = "vmiUID"
+	// ByVMIName indexes migrations by the namespace/name of their VMI.
+	ByVMIName = "vmiName"
+)
+
+// VMIs are VirtualMachineInstances: on their VM's range when a VM created
+// them (it stamps its range label), else on their own.
+var VMIs = caches.Kind[*virtv1.VirtualMachineInstance]{
+	Resource:  "virtualmachineinstances",
+	Placement: shard.OwnersRangeOrOwnKey,
+	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
+		return listWatch(
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return c.KubeVirt.VirtualMachineInstances(ns).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.KubeVirt.VirtualMachineInstances(ns).Watch(ctx, o)
+			})
+	},
+	Trim: shard.TrimForCache,
+}
+
+// LauncherPods are the pods the controllers create for VMIs (launcher and
+// migration target pods), on their VMI's range by the label stamped on
+// them, trimmed to what the controllers read (TrimPod). Pods nobody
+// stamped are not cached at all.
+var LauncherPods = caches.Kind[*corev1.Pod]{
+	Resource:  "pods",
+	Placement: shard.OwnersRange,
+	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
+		pods := c.Kube.CoreV1()
+		return listWatch(
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return pods.Pods(ns).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return pods.Pods(ns).Watch(ctx, o)
+			})
+	},
+	Trim: TrimPod,
+	Indexers: cache.Indexers{ByVMIUID: func(obj any) ([]string, error) {
+		return []string{obj.(*corev1.Pod).Labels[virtv1.CreatedByLabel]}, nil
+	}},
+}
+
+// VMs are VirtualMachines, on their own range.
+var VMs = caches.Kind[*virtv1.VirtualMachine]{
+	Resource:  "virtualmachines",
+	Placement: shard.OwnKey,
+	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
+		return listWatch(
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return c.KubeVirt.VirtualMachines(ns).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.KubeVirt.VirtualMachines(ns).Watch(ctx, o)
+			})
+	},
+	Trim: shard.TrimForCache,
+}
+
+// Migrations are VirtualMachineInstanceMigrations: few, cached whole by
+// every replica, which acts on those of the VMIs it holds.
+var Migrations = caches.Kind[*virtv1.VirtualMachineInstanceMigration]{
+	Resource:  "virtualmachineinstancemigrations",
+	Placement: shard.ClusterWide,
+	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
+		return cache.ToListWatcherWithWatchListSemantics(listWatch(
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return c.KubeVirt.Migrations(ns).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.KubeVirt.Migrations(ns).Watch(ctx, o)
+			}), c.KubeVirt)
+	},
+	Trim: shard.TrimForCache,
+	Indexers: cache.Indexers{ByVMIName: func(obj any) ([]string, error) {
+		m := obj.(*virtv1.VirtualMachineInstanceMigration)
+		return []string{m.Namespace + "/" + m.Spec.VMIName}, nil
+	}},
+}
+
+// Nodes are cluster-scoped and few: every replica caches all of them,
+// trimmed (trimNode), and acts only on its own VMIs on them.
+var Nodes = caches.Kind[*corev1.Node]{
+	Resource:  "nodes",
+	Placement: shard.ClusterWide,
+	ListWatch: func(c caches.Clients, _ string) cache.ListerWatcher {
+		nodes := c.Kube.CoreV1().Nodes()
+		return cache.ToListWatcherWithWatchListSemantics(listWatch(
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) },
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return nodes.Watch(ctx, o) }), c.Kube)
+	},
+	Trim: trimNode,
+}
+
+func listWatch(list func(context.Context, metav1.ListOptions) (runtime.Object, error), watch func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watch}
+}
+
+// trimNode keeps what the controllers read of a node: its metadata (less
+// managed fields), taints and conditions. Images and volumes can be most of
+// a node object.
+func trimNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	node.ManagedFields = nil
+	node.Status = corev1.NodeStatus{Conditions: node.Status.Conditions}
+	return node, nil
+}
+
+// PodsOf returns the cached pods vmi created in range r: its launcher pods
+// and its migrations' target pods (read only).
+func PodsOf(r *caches.Range, vmi *virtv1.VirtualMachineInstance) []*corev1.Pod {
+	pods, _ := LauncherPods.In(r).ByIndex(ByVMIUID, string(vmi.UID)) // the index is the kind's own
+	return pods
+}
+
+// MigrationsOf returns the cached migrations of the VMI namespace/name.
+func MigrationsOf(c *caches.Ranges, vmiKey string) []*virtv1.VirtualMachineInstanceMigration {
+	ms, _ := Migrations.All(c).ByIndex(ByVMIName, vmiKey)
+	return ms
+}

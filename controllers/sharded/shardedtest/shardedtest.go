@@ -1,0 +1,243 @@
+// Package shardedtest is the test kit of controllers on the sharded
+// runtime, in sample-controller's style: a declared controller over fake
+// clientsets, its range caches real informers over the fakes, every range
+// held by a fence the test can cut; a test syncs one item and asserts the
+// API calls the fakes recorded.
+//
+// It lives beside the runtime, not under test/, so that every controller's
+// unit tests may import it without the product importing test support.
+// Product code must not import it.
+package shardedtest
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// RangeCount is the number of ranges of a fixture.
+const RangeCount = 4
+
+// Ranges are a fixture's ranges: RangeCount of them, by uid.
+func Ranges(t testing.TB) shard.Ranges {
+	t.Helper()
+	ranges, err := shard.NewRanges(RangeCount, shard.KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ranges
+}
+
+// Fence holds every range, for an hour from each ask, until Drop or Cut.
+type Fence struct {
+	mu      sync.Mutex
+	dropped map[int]bool
+	cut     bool
+}
+
+// Deadline implements sharded.Fence.
+func (f *Fence) Deadline(rng int) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Now().Add(time.Hour), !f.cut && !f.dropped[rng]
+}
+
+// Drop stops holding range rng.
+func (f *Fence) Drop(rng int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dropped == nil {
+		f.dropped = map[int]bool{}
+	}
+	f.dropped[rng] = true
+}
+
+// Cut stops holding every range.
+func (f *Fence) Cut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut = true
+}
+
+// StaticConfig is a KubeVirt CR configuration that never changes.
+type StaticConfig struct{ Config *clusterconfig.Config }
+
+// Current implements sharded.ClusterConfig.
+func (s StaticConfig) Current() *clusterconfig.Config { return s.Config }
+
+// OnChange implements sharded.ClusterConfig: it never changes.
+func (StaticConfig) OnChange(func(*clusterconfig.Config)) {}
+
+// Cluster is what a fixture's fakes hold and serve.
+type Cluster struct {
+	// Objects go to the fake that serves them: kubevirt.io objects to the
+	// KubeVirt fake, unstructured ones (DataVolumes) to the dynamic fake,
+	// which then serves CDI, everything else to the Kubernetes fake.
+	Objects []runtime.Object
+	// Config is the KubeVirt CR's configuration; nil: KubeVirt's defaults.
+	Config sharded.ClusterConfig
+	// Clock drives the controller's time; nil: the real clock.
+	Clock clock.WithTicker
+	// Held, when set, are the only ranges the fixture acquires; the others
+	// are dropped from the fence too.
+	Held []int
+}
+
+// Fixture is a declared controller over fake clientsets.
+type Fixture struct {
+	T        testing.TB
+	Kube     *kubefake.Clientset
+	KubeVirt *kvfake.Clientset
+	Dynamic  *dynamicfake.FakeDynamicClient
+	Ranges   shard.Ranges
+	Fence    *Fence
+	Recorder *record.FakeRecorder
+	Env      *sharded.Env
+	Runtime  *sharded.Runtime
+}
+
+// Start builds the declared controller over fakes holding c.Objects, runs
+// the cluster-wide caches, acquires the ranges, runs the controller's
+// background loop (not its workers: a test syncs items itself), and
+// forgets the actions the informers made.
+func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
+	t.Helper()
+	var kubeObjects, kvObjects, unstructuredObjects []runtime.Object
+	for _, obj := range c.Objects {
+		switch obj.(type) {
+		case *virtv1.VirtualMachineInstance, *virtv1.VirtualMachine, *virtv1.VirtualMachineInstanceMigration:
+			kvObjects = append(kvObjects, obj)
+		case *unstructured.Unstructured:
+			unstructuredObjects = append(unstructuredObjects, obj)
+		default:
+			kubeObjects = append(kubeObjects, obj)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f := &Fixture{
+		T: t, Kube: kubefake.NewClientset(kubeObjects...), KubeVirt: kvfake.NewClientset(kvObjects...),
+		Ranges: Ranges(t), Fence: &Fence{}, Recorder: record.NewFakeRecorder(100),
+	}
+	// As the API server, a create stamps the creation time (a target
+	// pod's timeouts count from it).
+	f.Kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).CreationTimestamp = metav1.Now()
+		return false, nil, nil
+	})
+	// CDI is served when the test brings DataVolumes.
+	f.Dynamic = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{caches.DataVolumeGVR: "DataVolumeList"}, unstructuredObjects...)
+	if len(unstructuredObjects) > 0 {
+		f.Kube.Resources = []*metav1.APIResourceList{{GroupVersion: caches.DataVolumeGVR.GroupVersion().String(),
+			APIResources: []metav1.APIResource{{Name: caches.DataVolumeGVR.Resource, Namespaced: true, Kind: "DataVolume"}}}}
+	}
+	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	config := c.Config
+	if config == nil {
+		config = StaticConfig{clusterconfig.DefaultConfig("amd64")}
+	}
+	clk := c.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	rangeCaches := caches.NewRanges(caches.Config{Kube: f.Kube, KubeVirt: f.KubeVirt, Ranges: f.Ranges})
+	objects := caches.NewTemplateObjects(f.Kube, md, f.Dynamic, "")
+	f.Env = &sharded.Env{
+		Kube: f.Kube, KubeVirt: f.KubeVirt, Metadata: md, Dynamic: f.Dynamic,
+		Ranges: f.Ranges, Caches: rangeCaches, Objects: objects, ClusterConfig: config, Template: template.DefaultOptions(),
+		ReplicaNamespace: "virtshard", Name: "virtshard",
+		Recorder: f.Recorder, Registry: prometheus.NewRegistry(), Clock: clk,
+	}
+	f.Runtime = sharded.New(sharded.Config{Name: decl.Name, Ranges: f.Ranges.Count(), Fence: f.Fence, Clock: clk})
+	if err := f.Runtime.Start(f.Env, decl); err != nil {
+		t.Fatal(err)
+	}
+	if err := rangeCaches.RunCluster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := objects.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Runtime.Follow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := c.Held
+	if held == nil {
+		for i := range f.Ranges.Count() {
+			held = append(held, i)
+		}
+	}
+	for i := range f.Ranges.Count() {
+		if !slices.Contains(held, i) {
+			f.Fence.Drop(i)
+			continue
+		}
+		if err := rangeCaches.Acquired(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go f.Runtime.RunBackground(ctx)
+	f.Kube.ClearActions()
+	f.KubeVirt.ClearActions()
+	return f
+}
+
+// Range is range i's caches.
+func (f *Fixture) Range(i int) *caches.Range { return f.Env.Caches.Get(i) }
+
+// KubeWrites are the writes the Kubernetes fake recorded ("create pods").
+func (f *Fixture) KubeWrites() []string { return kvfake.Writes(f.Kube.Actions()) }
+
+// KubeVirtWrites are the writes the KubeVirt fake recorded.
+func (f *Fixture) KubeVirtWrites() []string { return kvfake.Writes(f.KubeVirt.Actions()) }
+
+// WaitForKubeVirtWrites waits until the KubeVirt fake recorded exactly
+// want: writes a controller sends from its own goroutine (a status
+// batcher).
+func (f *Fixture) WaitForKubeVirtWrites(want ...string) {
+	f.T.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return slices.Equal(f.KubeVirtWrites(), want), nil
+	})
+	if err != nil {
+		f.T.Fatalf("KubeVirt writes %q, want %q", f.KubeVirtWrites(), want)
+	}
+}
+
+// Events drains the events recorded so far.
+func (f *Fixture) Events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.Recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package shard
+
+import (
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Placement is how an object of a kind finds the range that acts on it.
+// It is declared once per kind, and every reader of the kind (the range
+// caches' watches and their client-side guard, the overlay of own writes,
+// the lookup of a key among the held ranges) follows it.
+type Placement int
+
+const (
+	// OwnKey: the range its own key (uid or namespace) hashes to. Objects
+	// users create: VirtualMachines, VMIs nobody owns.
+	OwnKey Placement = iota + 1
+	// OwnersRange: the range label its owner stamped on it (StampRange).
+	// Children a controller creates: launcher pods, whose own uid hashes
+	// elsewhere than their VMI's.
+	OwnersRange
+	// OwnersRangeOrOwnKey: the owner's range label where it has one, else
+	// its own key. VMIs: a VM's VMI lives on the VM's range, a VMI a user
+	// created on its own.
+	OwnersRangeOrOwnKey
+	// ClusterWide: not sharded; every replica caches all of them and acts
+	// only on the parts that belong to its ranges. Nodes, migrations, the
+	// KubeVirt CR.
+	ClusterWide
+)
+
+func (p Placement) String() string {
+	switch p {
+	case OwnKey:
+		return "own key"
+	case OwnersRange:
+		return "owner's range"
+	case OwnersRangeOrOwnKey:
+		return "owner's range or own key"
+	case ClusterWide:
+		return "cluster-wide"
+	}
+	return "placement(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Sharded reports whether objects of the placement belong to ranges.
+func (p Placement) Sharded() bool { return p == OwnKey || p == OwnersRange || p == OwnersRangeOrOwnKey }
+
+// Selections are how the range caches select a placement's objects: one
+// watch per selection, which together hold each object of the kind once.
+// Nil for a placement that is not sharded.
+func (r Ranges) Selections(p Placement) []func(Set) Selection {
+	switch p {
+	case OwnKey:
+		return []func(Set) Selection{r.ByKey}
+	case OwnersRange:
+		return []func(Set) Selection{r.ByLabel}
+	case OwnersRangeOrOwnKey:
+		// Labelled first: Selecting's answer indexes this slice.
+		return []func(Set) Selection{r.ByLabel, r.ByUnlabelledKey}
+	}
+	return nil
+}
+
+// Selecting is the index, in Selections(p), of the selection that holds
+// obj.
+func (r Ranges) Selecting(p Placement, obj interface{ GetLabels() map[string]string }) int {
+	if p == OwnersRangeOrOwnKey {
+		if _, labelled := r.Labelled(obj); !labelled {
+			return 1
+		}
+	}
+	return 0
+}
+
+// Place is the range of obj under placement p; false for objects that
+// are not sharded, or whose owner's range label is missing or invalid.
+func (r Ranges) Place(p Placement, obj metav1.Object) (int, bool) {
+	switch p {
+	case OwnKey:
+		return r.Of(obj), true
+	case OwnersRange:
+		return r.Labelled(obj)
+	case OwnersRangeOrOwnKey:
+		return r.Owner(obj), true
+	}
+	return 0, false
+}
+
+// StampRange is the one rule of placing a child on its owner's range: a
+// controller stamps the range of the owner it acts for on every object it
+// creates, before it creates it, and never changes it after, so that the
+// owner's holder caches the child (OwnersRange, OwnersRangeOrOwnKey) and
+// no other replica does. A range's index never changes, so neither does
+// the label.
+func StampRange(child metav1.Object, rng int) {
+	labels := child.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelRange] = strconv.Itoa(rng)
+	child.SetLabels(labels)
+}

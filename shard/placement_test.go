@@ -1,0 +1,70 @@
+package shard
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Every placement puts an object in one range, and the selections of its
+// placement hold it exactly once, in the one Selecting names.
+func TestPlacementsPlaceEachObjectOnceAsTheirSelectionsHoldIt(t *testing.T) {
+	ranges, err := NewRanges(8, KeyUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := NewSet(8, 0, 1, 2, 3, 4, 5, 6, 7)
+	own := &metav1.ObjectMeta{Namespace: "ns", Name: "own", UID: "uid-own"}
+	child := &metav1.ObjectMeta{Namespace: "ns", Name: "child", UID: "uid-child"}
+	StampRange(child, 5)
+	for _, tc := range []struct {
+		name      string
+		placement Placement
+		obj       *metav1.ObjectMeta
+		want      int
+		placed    bool
+	}{
+		{"own key", OwnKey, own, ranges.Of(own), true},
+		{"own key ignores a range label", OwnKey, child, ranges.Of(child), true},
+		{"owner's range", OwnersRange, child, 5, true},
+		{"owner's range without a label", OwnersRange, own, 0, false},
+		{"owner's range or own key, labelled", OwnersRangeOrOwnKey, child, 5, true},
+		{"owner's range or own key, unlabelled", OwnersRangeOrOwnKey, own, ranges.Of(own), true},
+		{"cluster-wide", ClusterWide, own, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, placed := ranges.Place(tc.placement, tc.obj)
+			if placed != tc.placed || (placed && got != tc.want) {
+				t.Fatalf("Place = %d, %v; want %d, %v", got, placed, tc.want, tc.placed)
+			}
+			if tc.placement.Sharded() != (tc.placement != ClusterWide) {
+				t.Errorf("Sharded = %v", tc.placement.Sharded())
+			}
+			holders := 0
+			for k, by := range ranges.Selections(tc.placement) {
+				sel := by(all)
+				if !sel.owns(tc.obj) {
+					continue
+				}
+				holders++
+				if k != ranges.Selecting(tc.placement, tc.obj) {
+					t.Errorf("selection %d holds the object, Selecting says %d", k, ranges.Selecting(tc.placement, tc.obj))
+				}
+				if rng, _ := sel.rangeOf(tc.obj); rng != got {
+					t.Errorf("selection %d hands the object to range %d, Place says %d", k, rng, got)
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[placed]; holders != want {
+				t.Errorf("%d selections hold the object, want %d", holders, want)
+			}
+		})
+	}
+}
+
+func TestStampRangeSetsTheRangeLabelAndKeepsTheOthers(t *testing.T) {
+	obj := &metav1.ObjectMeta{Labels: map[string]string{"app": "x"}}
+	StampRange(obj, 12)
+	if obj.Labels[LabelRange] != "12" || obj.Labels["app"] != "x" {
+		t.Errorf("labels %v, want the range label 12 beside app=x", obj.Labels)
+	}
+}
