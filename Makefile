@@ -207,8 +207,10 @@ $(BIN)/.vulndb.stamp: Makefile
 
 ##@ Generate and verify
 
-# kubevirt.io/kubevirt is not in the public checksum database; crdgen is a
-# pinned tool like those in bench/cluster/tools and keeps the local Go.
+# kubevirt.io/kubevirt is not in the public checksum database; crdgen
+# (deploy/crdgen, the product's CRD generator) is a pinned module of its own
+# like those in bench/cluster/tools and keeps the local Go.
+CRDGEN := $(ROOT)/deploy/crdgen
 CRDGEN_ENV := GONOSUMDB=kubevirt.io/kubevirt GOTOOLCHAIN=local
 # The same for tools/kubevirt, which builds virt-controller.
 KUBEVIRT_ENV := $(CRDGEN_ENV)
@@ -221,7 +223,7 @@ GENERATED := deploy/crds bench/kubevirt/crds docs/config.md test/conformance/tes
 
 .PHONY: generate
 generate: ## Regenerate the KubeVirt CRDs (deploy/crds; the rest, for KubeVirt's virt-controller, in bench/kubevirt/crds), docs/config.md, and KubeVirt's own renderings the conformance tests hold virtshard against.
-	rm -rf deploy/crds bench/kubevirt/crds && cd $(TOOLS)/crdgen && $(CRDGEN_ENV) $(GO) run . -others $(ROOT)/bench/kubevirt/crds $(ROOT)/deploy/crds
+	rm -rf deploy/crds bench/kubevirt/crds && cd $(CRDGEN) && $(CRDGEN_ENV) $(GO) run . -others $(ROOT)/bench/kubevirt/crds $(ROOT)/deploy/crds
 	$(GO) run ./cmd/virtshard-docs docs/config.md
 	rm -rf test/conformance/testdata/kubevirt && mkdir -p $(BIN)
 	cd $(REFERENCE) && $(CRDGEN_ENV) $(GO) run . --out ../testdata/kubevirt ../corpus/*.yaml
@@ -240,7 +242,7 @@ verify: generate tools verify-layering ## Fail on stale generated files, gofmt, 
 	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) -db file://$(BIN)/vulndb ./...
 	$(GO) mod tidy -diff
 	@for m in kube etcd kwok; do (cd $(TOOLS)/$$m && GOTOOLCHAIN=local $(GO) mod tidy -diff) || exit 1; done
-	@for m in $(TOOLS)/crdgen $(REFERENCE); do (cd $$m && $(CRDGEN_ENV) $(GO) mod tidy -diff && $(CRDGEN_ENV) $(GO) vet ./...) || exit 1; done
+	@for m in $(CRDGEN) $(REFERENCE); do (cd $$m && $(CRDGEN_ENV) $(GO) mod tidy -diff && $(CRDGEN_ENV) $(GO) vet ./...) || exit 1; done
 	# tools/kubevirt is vetted as make tools builds it (pure Go, -trimpath),
 	# so that vet reuses the build's compiled packages: with the defaults it
 	# compiles virt-controller's 1,200 packages again (4 m 40 s here).

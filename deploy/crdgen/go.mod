@@ -2,7 +2,7 @@
 // kubevirt.io/kubevirt. It carries KubeVirt's replace directives, which is why
 // it is a module of its own. kubevirt.io/kubevirt is unknown to the public
 // checksum database: run go commands here with GONOSUMDB=kubevirt.io/kubevirt.
-module github.com/virtshard/virtshard/bench/cluster/tools/crdgen
+module github.com/virtshard/virtshard/deploy/crdgen
 
 go 1.26
 
