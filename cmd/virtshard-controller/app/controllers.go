@@ -1,6 +1,7 @@
 package app
 
 import (
+	"github.com/virtshard/virtshard/controllers/disruptionbudget"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/node"
 	"github.com/virtshard/virtshard/controllers/sharded"
@@ -17,5 +18,6 @@ func (o *Options) declarations() []sharded.Declaration {
 		vm.Declare(o.VM),
 		migration.Declare(o.Migration),
 		node.Declare(o.Node),
+		disruptionbudget.Declare(),
 	}
 }

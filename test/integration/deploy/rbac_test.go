@@ -15,15 +15,18 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
@@ -312,6 +315,26 @@ func (w *rbacWorkload) run() {
 		t.Fatal(err)
 	}
 	w.waitRunning("evacuee", other)
+
+	// A PodDisruptionBudget an older KubeVirt made for it: the
+	// disruption-budget controller deletes it.
+	evacuee, err := w.kv.VirtualMachineInstances(w.ns).Get(ctx, "evacuee", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-disruption-budget-evacuee",
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(evacuee, virtv1.VirtualMachineInstanceGroupVersionKind)}},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{virtv1.CreatedByLabel: string(evacuee.UID)}}},
+	}
+	if _, err := w.kube.PolicyV1().PodDisruptionBudgets(w.ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitGone("PodDisruptionBudget of evacuee", func(ctx context.Context) error {
+		_, err := w.kube.PolicyV1().PodDisruptionBudgets(w.ns).Get(ctx, pdb.Name, metav1.GetOptions{})
+		return err
+	})
 
 	// Halting the VM deletes its VMI; deleting the VM and the VMI releases
 	// their finalizers.
