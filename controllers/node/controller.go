@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -286,18 +287,19 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 		if !c.rt.Holds(h.rng) || vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || !migratable(vmi) {
 			continue
 		}
-		busy := false
+		busy, names := false, map[string]bool{}
 		for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
 			busy = busy || !m.IsFinal()
+			names[m.Name] = true
 		}
 		if busy {
 			continue
 		}
 		m := &virtv1.VirtualMachineInstanceMigration{
 			ObjectMeta: metav1.ObjectMeta{
-				GenerateName: "kubevirt-evacuation-",
-				Namespace:    vmi.Namespace,
-				Annotations:  map[string]string{virtv1.EvacuationMigrationAnnotation: node.Name},
+				Name:        evacuationName(vmi, node.Name, names),
+				Namespace:   vmi.Namespace,
+				Annotations: map[string]string{virtv1.EvacuationMigrationAnnotation: node.Name},
 			},
 			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
 		}
@@ -306,8 +308,8 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 			created, err = c.env.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
 			return err
 		})
-		if errors.Is(err, sharded.ErrNotHeld) {
-			continue
+		if errors.Is(err, sharded.ErrNotHeld) || apierrors.IsAlreadyExists(err) {
+			continue // another replica's now, or one that holds it created it
 		}
 		if err != nil {
 			c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
@@ -316,6 +318,19 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 		c.env.Recorder.Eventf(vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created evacuation migration %s off node %s", created.Name, node.Name)
 	}
 	return nil
+}
+
+// evacuationName is the name of the next evacuation migration of vmi off
+// node: KubeVirt's GenerateName prefix, kubevirt-evacuation-, and a suffix
+// derived from the VMI, the node and the first attempt whose name none of
+// the VMI's migrations has (taken), so that two replicas deciding from the
+// same migrations pick one name (sharded.ChildName).
+func evacuationName(vmi *virtv1.VirtualMachineInstance, node string, taken map[string]bool) string {
+	for attempt := 0; ; attempt++ {
+		if name := sharded.ChildName("kubevirt-evacuation-", string(vmi.UID), node, strconv.Itoa(attempt)); !taken[name] {
+			return name
+		}
+	}
 }
 
 // migratable: KubeVirt evacuates VMIs whose eviction strategy asks for a

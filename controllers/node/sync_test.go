@@ -138,4 +138,67 @@ func TestSyncEvacuatesADrainedNode(t *testing.T) {
 	if m.Spec.VMIName != "a" || m.Annotations[virtv1.EvacuationMigrationAnnotation] != "node-1" {
 		t.Errorf("migration %+v: want VMI a evacuated off node-1", m)
 	}
+	if m.GenerateName != "" || m.Name != evacuationName(vmi, "node-1", nil) {
+		t.Errorf("migration named %q (generateName %q), want the name derived from the VMI and node", m.Name, m.GenerateName)
+	}
+}
+
+func drainedNode() *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: DefaultDrainTaintKey, Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+}
+
+// An evacuation decided by a replica just before it lost the range, and
+// created after the range's next holder created it, makes no second
+// migration: its name follows from the VMI, the node and the migrations
+// both saw.
+func TestALateEvacuationAfterAHandoffMakesNoSecondMigration(t *testing.T) {
+	vmi := runningVMI("a")
+	old := newFixture(t, []runtime.Object{drainedNode()}, vmi)
+	asked, release := old.Fence.HoldAsk(2) // the create's, after the evacuation's own check
+	done := make(chan error, 1)
+	go func() {
+		_, err := old.syncNode("node-1")
+		done <- err
+	}()
+	<-asked
+	old.Fence.Drop(old.Ranges.Owner(vmi))
+
+	next := &fixture{}
+	next.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "node", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		var err error
+		next.c, err = newController(env, rt, Options{GracePeriod: time.Minute})
+		if err != nil {
+			return nil, err
+		}
+		return next.c.declare(), nil
+	}}, shardedtest.Cluster{Replica: old.Fixture})
+	if _, err := next.syncNode("node-1"); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Errorf("the old holder's sync: %v, want its late create taken as done", err)
+	}
+	if got := kvfake.Writes(old.KubeVirt.Actions()); !slices.Equal(got, []string{"create virtualmachineinstancemigrations", "create virtualmachineinstancemigrations"}) {
+		t.Fatalf("writes %q, want both replicas' creates (the old holder's late)", got)
+	}
+	ms, err := old.KubeVirt.Migrations(vmi.Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms.Items) != 1 {
+		t.Errorf("%d evacuation migrations, want one", len(ms.Items))
+	}
+}
+
+// A failed evacuation is followed by one of another name.
+func TestEvacuationNameTakesTheFirstAttemptNoMigrationHas(t *testing.T) {
+	vmi := runningVMI("a")
+	first := evacuationName(vmi, "node-1", nil)
+	second := evacuationName(vmi, "node-1", map[string]bool{first: true})
+	if second == first || evacuationName(vmi, "node-1", map[string]bool{first: true, "other": true}) != second {
+		t.Errorf("names %q then %q: want a new name once the first is taken, the same for the same migrations", first, second)
+	}
 }

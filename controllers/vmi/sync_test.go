@@ -368,3 +368,46 @@ func TestSyncProvisionsADataVolumeWaitingForItsFirstConsumer(t *testing.T) {
 		t.Errorf("delete options %+v, want the pod's UID as precondition and no grace", opts)
 	}
 }
+
+// A create decided by a replica just before it lost the range, and
+// reaching the server after the range's next holder created the same pod,
+// makes no second pod: the launcher pod's name follows from its VMI (the
+// runtime's contract, sharded.ChildName).
+func TestALateCreateAfterAHandoffMakesNoSecondLauncherPod(t *testing.T) {
+	vmi := newVMI("a")
+	old := newFixture(t, vmi)
+	asked, release := old.Fence.HoldAsk(1) // the create's
+	done := make(chan error, 1)
+	go func() { done <- old.c.sync(context.Background(), old.item(vmi)) }()
+	<-asked
+	old.Fence.Drop(old.item(vmi).Range) // the handoff, after the old holder's check
+
+	next := &fixture{}
+	next.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "vmi", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		next.c = newController(env, rt, Options{UrgentStatusWait: time.Millisecond, LazyStatusWait: time.Millisecond, BusyDepth: 1000}, nil, nil)
+		return next.c.declare(), nil
+	}}, shardedtest.Cluster{Replica: old.Fixture})
+	if err := next.c.sync(context.Background(), next.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Errorf("the old holder's sync: %v, want its late create taken as done", err)
+	}
+	creates := 0
+	for _, a := range old.Kube.Actions() {
+		if a.GetVerb() == "create" && a.GetResource().Resource == "pods" {
+			creates++
+		}
+	}
+	if creates != 2 {
+		t.Fatalf("%d pod creates sent, want both replicas' (the old holder's late)", creates)
+	}
+	pods, err := old.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 {
+		t.Errorf("%d launcher pods, want one", len(pods.Items))
+	}
+}

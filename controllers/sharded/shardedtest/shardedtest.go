@@ -57,13 +57,46 @@ type Fence struct {
 	mu      sync.Mutex
 	dropped map[int]bool
 	cut     bool
+	// hold, when set, holds an ask back (HoldAsk).
+	hold *heldAsk
+}
+
+type heldAsk struct {
+	skip           int // asks to answer before the one held
+	asked, release chan struct{}
 }
 
 // Deadline implements sharded.Fence.
 func (f *Fence) Deadline(rng int) (time.Time, bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return time.Now().Add(time.Hour), !f.cut && !f.dropped[rng]
+	deadline, held := time.Now().Add(time.Hour), !f.cut && !f.dropped[rng]
+	hold := f.hold
+	if hold != nil && hold.skip > 0 {
+		hold.skip--
+		hold = nil
+	} else {
+		f.hold = nil
+	}
+	f.mu.Unlock()
+	if hold != nil {
+		close(hold.asked)
+		<-hold.release
+	}
+	return deadline, held
+}
+
+// HoldAsk holds the n-th Deadline call from now (1: the next) back until
+// release, and then answers as the fence stood when it was asked: a
+// replica that checked the fence just before a handoff and sends its write
+// after it, as a request held up in the process or on the wire reaches the
+// server late. asked is closed once the call is held.
+func (f *Fence) HoldAsk(n int) (asked <-chan struct{}, release func()) {
+	h := &heldAsk{skip: n - 1, asked: make(chan struct{}), release: make(chan struct{})}
+	f.mu.Lock()
+	f.hold = h
+	f.mu.Unlock()
+	var once sync.Once
+	return h.asked, func() { once.Do(func() { close(h.release) }) }
 }
 
 // Drop stops holding range rng.
@@ -105,6 +138,9 @@ type Cluster struct {
 	// Held, when set, are the only ranges the fixture acquires; the others
 	// are dropped from the fence too.
 	Held []int
+	// Replica, when set, is another fixture whose fakes this one shares:
+	// a second replica over the same cluster. Objects are then ignored.
+	Replica *Fixture
 }
 
 // Fixture is a declared controller over fake clientsets.
@@ -139,22 +175,24 @@ func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	f := &Fixture{
-		T: t, Kube: kubefake.NewClientset(kubeObjects...), KubeVirt: kvfake.NewClientset(kvObjects...),
-		Ranges: Ranges(t), Fence: &Fence{}, Recorder: record.NewFakeRecorder(100),
-	}
-	// As the API server, a create stamps the creation time (a target
-	// pod's timeouts count from it).
-	f.Kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).CreationTimestamp = metav1.Now()
-		return false, nil, nil
-	})
-	// CDI is served when the test brings DataVolumes.
-	f.Dynamic = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{caches.DataVolumeGVR: "DataVolumeList"}, unstructuredObjects...)
-	if len(unstructuredObjects) > 0 {
-		f.Kube.Resources = []*metav1.APIResourceList{{GroupVersion: caches.DataVolumeGVR.GroupVersion().String(),
-			APIResources: []metav1.APIResource{{Name: caches.DataVolumeGVR.Resource, Namespaced: true, Kind: "DataVolume"}}}}
+	f := &Fixture{T: t, Ranges: Ranges(t), Fence: &Fence{}, Recorder: record.NewFakeRecorder(100)}
+	if other := c.Replica; other != nil {
+		f.Kube, f.KubeVirt, f.Dynamic = other.Kube, other.KubeVirt, other.Dynamic
+	} else {
+		f.Kube, f.KubeVirt = kubefake.NewClientset(kubeObjects...), kvfake.NewClientset(kvObjects...)
+		// As the API server, a create stamps the creation time (a target
+		// pod's timeouts count from it).
+		f.Kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).CreationTimestamp = metav1.Now()
+			return false, nil, nil
+		})
+		// CDI is served when the test brings DataVolumes.
+		f.Dynamic = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{caches.DataVolumeGVR: "DataVolumeList"}, unstructuredObjects...)
+		if len(unstructuredObjects) > 0 {
+			f.Kube.Resources = []*metav1.APIResourceList{{GroupVersion: caches.DataVolumeGVR.GroupVersion().String(),
+				APIResources: []metav1.APIResource{{Name: caches.DataVolumeGVR.Resource, Namespaced: true, Kind: "DataVolume"}}}}
+		}
 	}
 	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
 	config := c.Config
