@@ -124,6 +124,29 @@ func (k Kind[T]) Held(c *Ranges) []T {
 	return out
 }
 
+// Found is an object of a held range, with the range's caches.
+type Found[T runtime.Object] struct {
+	Range  *Range
+	Object T
+}
+
+// HeldByIndex returns the objects of every held range whose indexer name
+// yields value: the VMIs on a node, those that use a claim.
+func (k Kind[T]) HeldByIndex(c *Ranges, name, value string) []Found[T] {
+	var out []Found[T]
+	for i := range c.held {
+		r := c.held[i].Load()
+		if r == nil {
+			continue
+		}
+		objs, _ := k.In(r).ByIndex(name, value) // an unknown index is a wiring error: Register refused none
+		for _, obj := range objs {
+			out = append(out, Found[T]{Range: r, Object: obj})
+		}
+	}
+	return out
+}
+
 // Locate finds the held range whose caches have the object with key
 // namespace/name: where a controller routes an event of another kind (a
 // migration, a claim) to the object it concerns. With the namespace as

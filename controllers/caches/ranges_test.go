@@ -81,15 +81,17 @@ func TestLatestIsWhatTheReplicaWroteUntilTheCacheCatchesUp(t *testing.T) {
 	}
 }
 
-// Locate finds the held range whose caches have a key; with the namespace
-// as shard key it looks only where the namespace hashes.
+// Locate finds the held range whose caches have a key (with the namespace
+// as shard key it looks only where the namespace hashes), and HeldByIndex
+// the held ranges' objects an index yields.
 func TestLocateFindsTheHeldRangeThatHasTheKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, key := range []shard.Key{shard.KeyUID, shard.KeyNamespace} {
 		t.Run(string(key), func(t *testing.T) {
 			a := vmi("ns", "a", nil)
-			c := newRanges(t, 4, key, []caches.Watch{kinds.VMIs.Watch(nil)}, a)
+			byName := cache.Indexers{"byName": func(obj any) ([]string, error) { return []string{obj.(*virtv1.VirtualMachineInstance).Name}, nil }}
+			c := newRanges(t, 4, key, []caches.Watch{kinds.VMIs.Watch(byName)}, a)
 			ranges, _ := shard.NewRanges(4, key)
 			home := ranges.Of(a)
 			if _, ok := kinds.VMIs.Locate(c, "ns/a"); ok {
@@ -105,6 +107,10 @@ func TestLocateFindsTheHeldRangeThatHasTheKey(t *testing.T) {
 			}
 			if _, ok := kinds.VMIs.Locate(c, "ns/none"); ok {
 				t.Error("located a key no range has")
+			}
+			found := kinds.VMIs.HeldByIndex(c, "byName", "a")
+			if len(found) != 1 || found[0].Range.Index != home || found[0].Object.Name != "a" {
+				t.Errorf("HeldByIndex = %+v, want VMI a in range %d", found, home)
 			}
 			if n := c.Cached("virtualmachineinstances"); n != 1 {
 				t.Errorf("Cached = %v, want 1", n)

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -141,28 +142,12 @@ func (c *Controller) declare() *sharded.Controller {
 	}
 }
 
-// held is a VMI of a held range on the node.
-type held struct {
-	rng int
-	vmi *virtv1.VirtualMachineInstance
-	r   *caches.Range
-}
+// held is a VMI of a held range, with the range's caches.
+type held = caches.Found[*virtv1.VirtualMachineInstance]
 
+// vmisOn are the VMIs of the held ranges on the node that are not final.
 func (c *Controller) vmisOn(node string) []held {
-	var out []held
-	for i := range c.env.Ranges.Count() {
-		r := c.env.Caches.Get(i)
-		if r == nil {
-			continue
-		}
-		vmis, _ := kinds.VMIs.In(r).ByIndex(byNode, node)
-		for _, vmi := range vmis {
-			if !vmi.IsFinal() {
-				out = append(out, held{i, vmi, r})
-			}
-		}
-	}
-	return out
+	return slices.DeleteFunc(kinds.VMIs.HeldByIndex(c.env.Caches, byNode, node), func(h held) bool { return h.Object.IsFinal() })
 }
 
 func (c *Controller) sync(ctx context.Context, it sharded.Item) (time.Duration, error) {
@@ -236,11 +221,11 @@ func (c *Controller) failAll(ctx context.Context, node string, vmis []held, why 
 		if err != nil {
 			return err
 		}
-		for _, pod := range kinds.PodsOf(h.r, h.vmi) {
+		for _, pod := range kinds.PodsOf(h.Range, h.Object) {
 			if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil {
 				continue
 			}
-			err := c.rt.Write(ctx, h.rng, func(ctx context.Context) error {
+			err := c.rt.Write(ctx, h.Range.Index, func(ctx context.Context) error {
 				return c.env.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 			})
 			if err != nil && !apierrors.IsNotFound(err) && !errors.Is(err, sharded.ErrNotHeld) {
@@ -255,7 +240,7 @@ func (c *Controller) failAll(ctx context.Context, node string, vmis []held, why 
 // KubeVirt's node controller does, with the cached resourceVersion as a
 // precondition.
 func (c *Controller) fail(ctx context.Context, h held, why string) error {
-	vmi := h.vmi
+	vmi := h.Object
 	failed := vmi.DeepCopy()
 	if !vmistatus.Fail(failed, metav1.Now()) {
 		return nil
@@ -265,7 +250,7 @@ func (c *Controller) fail(ctx context.Context, h held, why string) error {
 	if err != nil {
 		return err
 	}
-	err = c.rt.Write(ctx, h.rng, func(ctx context.Context) error {
+	err = c.rt.Write(ctx, h.Range.Index, func(ctx context.Context) error {
 		_, err := c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, body, metav1.PatchOptions{})
 		return err
 	})
@@ -283,8 +268,8 @@ func (c *Controller) fail(ctx context.Context, h held, why string) error {
 // that has none under way.
 func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []held) error {
 	for _, h := range vmis {
-		vmi := h.vmi
-		if !c.rt.Holds(h.rng) || vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || !migratable(vmi) {
+		vmi := h.Object
+		if !c.rt.Holds(h.Range.Index) || vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || !migratable(vmi) {
 			continue
 		}
 		busy, names := false, map[string]bool{}
@@ -304,7 +289,7 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
 		}
 		var created *virtv1.VirtualMachineInstanceMigration
-		err := c.rt.Write(ctx, h.rng, func(ctx context.Context) (err error) {
+		err := c.rt.Write(ctx, h.Range.Index, func(ctx context.Context) (err error) {
 			created, err = c.env.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
 			return err
 		})

@@ -267,15 +267,8 @@ func (c *Controller) located(key string) []item {
 // DataVolume) namespace/name.
 func (c *Controller) waitingFor(claim string) []item {
 	var items []item
-	for i := range c.env.Ranges.Count() {
-		r := c.env.Caches.Get(i)
-		if r == nil {
-			continue
-		}
-		waiting, _ := kinds.VMIs.In(r).ByIndex(byClaim, claim)
-		for _, vmi := range waiting {
-			items = append(items, item{Range: i, Key: vmi.Namespace + "/" + vmi.Name})
-		}
+	for _, found := range kinds.VMIs.HeldByIndex(c.env.Caches, byClaim, claim) {
+		items = append(items, item{Range: found.Range.Index, Key: found.Object.Namespace + "/" + found.Object.Name})
 	}
 	return items
 }
