@@ -5,6 +5,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // A VMI's CDI DataVolumes, as KubeVirt v1.8.1's VMI controller reads them
@@ -140,7 +142,7 @@ func setDataVolumesReady(v *virtv1.VirtualMachineInstance, dvs []dataVolume) {
 	if c.Status != corev1.ConditionTrue {
 		c.Message = msgNotAllDVsReady
 	}
-	if cur := condition(v, c.Type); cur != nil {
+	if cur := vmistatus.Condition(v, c.Type); cur != nil {
 		if cur.Status != c.Status || cur.Reason != c.Reason {
 			*cur = c
 		}

@@ -11,6 +11,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // The expected conditions are what KubeVirt v1.8.1's
@@ -44,7 +45,7 @@ func TestSetDataVolumesReady(t *testing.T) {
 				v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{*tc.before}
 			}
 			setDataVolumesReady(v, tc.dvs)
-			if diff := cmp.Diff(tc.want, condition(v, virtv1.VirtualMachineInstanceDataVolumesReady)); diff != "" {
+			if diff := cmp.Diff(tc.want, vmistatus.Condition(v, virtv1.VirtualMachineInstanceDataVolumesReady)); diff != "" {
 				t.Errorf("DataVolumesReady (-want +got):\n%s", diff)
 			}
 		})
@@ -120,13 +121,13 @@ func TestWaitForDataVolumes(t *testing.T) {
 		if v.Status.Phase != tc.wantPhase {
 			t.Errorf("%v: phase %s, want %s", tc.phases, v.Status.Phase, tc.wantPhase)
 		}
-		if c := condition(v, virtv1.VirtualMachineInstanceDataVolumesReady); c == nil || c.Status != tc.wantDVsReady {
+		if c := vmistatus.Condition(v, virtv1.VirtualMachineInstanceDataVolumesReady); c == nil || c.Status != tc.wantDVsReady {
 			t.Errorf("%v: DataVolumesReady %+v, want %s", tc.phases, c, tc.wantDVsReady)
 		}
-		if c := condition(v, virtv1.VirtualMachineInstanceReady); c == nil || c.Reason != virtv1.PodNotExistsReason {
+		if c := vmistatus.Condition(v, virtv1.VirtualMachineInstanceReady); c == nil || c.Reason != virtv1.PodNotExistsReason {
 			t.Errorf("%v: Ready %+v, want False PodNotExists", tc.phases, c)
 		}
-		if c := condition(v, virtv1.VirtualMachineInstanceSynchronized); c != nil {
+		if c := vmistatus.Condition(v, virtv1.VirtualMachineInstanceSynchronized); c != nil {
 			t.Errorf("%v: Synchronized %+v, want none (KubeVirt sets none)", tc.phases, c)
 		}
 		if waitForDataVolumes(dvs, nil, nil, t2)(v) {
@@ -154,14 +155,14 @@ func TestProvisioningStatus(t *testing.T) {
 	if !waitForDataVolumes(wffc, nil, nil, t1)(v) {
 		t.Fatal("nothing changed before the temporary pod")
 	}
-	if c := condition(v, virtv1.VirtualMachineInstanceProvisioning); v.Status.Phase != virtv1.Pending || c == nil ||
+	if c := vmistatus.Condition(v, virtv1.VirtualMachineInstanceProvisioning); v.Status.Phase != virtv1.Pending || c == nil ||
 		c.Status != corev1.ConditionTrue || c.Reason != "" || !c.LastTransitionTime.IsZero() {
 		t.Errorf("phase %s, Provisioning %+v; want Pending, True with no reason or time", v.Status.Phase, c)
 	}
 	if !waitForDataVolumes(wffc, []*corev1.Pod{temp}, temp, t2)(v) {
 		t.Fatal("the temporary pod changed nothing")
 	}
-	if c := condition(v, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c == nil || c.Message != "0/3 nodes are available" {
+	if c := vmistatus.Condition(v, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c == nil || c.Message != "0/3 nodes are available" {
 		t.Errorf("PodScheduled %+v, want the temporary pod's", c)
 	}
 	if _, ok := v.Status.ActivePods["temp-uid"]; !ok || len(v.Status.ActivePods) != 1 {
@@ -176,14 +177,14 @@ func TestProvisioningStatus(t *testing.T) {
 	if !waitForDataVolumes(wffc, []*corev1.Pod{temp}, temp, t2)(v) || v.Status.Phase != virtv1.Failed {
 		t.Errorf("phase %s with a failed temporary pod, want Failed", v.Status.Phase)
 	}
-	if c := condition(v, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil {
+	if c := vmistatus.Condition(v, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil {
 		t.Errorf("PodScheduled %+v once the temporary pod was scheduled, want none", c)
 	}
 
 	failed := testVMI("")
 	both := append([]dataVolume{{name: "broken", phase: dvFailed}}, wffc...)
 	if !waitForDataVolumes(both, nil, nil, t1)(failed) || failed.Status.Phase != virtv1.Failed ||
-		condition(failed, virtv1.VirtualMachineInstanceProvisioning) != nil {
+		vmistatus.Condition(failed, virtv1.VirtualMachineInstanceProvisioning) != nil {
 		t.Errorf("phase %s, conditions %+v with a failed DataVolume; want Failed, no Provisioning", failed.Status.Phase, failed.Status.Conditions)
 	}
 }

@@ -38,7 +38,7 @@ func toScheduling(l launcher, at metav1.Time) mutation {
 		l.fromPod(v)
 		notReady(v, virtv1.GuestNotRunningReason, msgGuestNotRunning, at)
 		l.whileScheduling(v)
-		removeCondition(v, virtv1.VirtualMachineInstanceSynchronized)
+		vmistatus.RemoveCondition(v, virtv1.VirtualMachineInstanceSynchronized)
 		return true
 	}
 }
@@ -77,7 +77,7 @@ func toScheduled(l launcher, at metav1.Time) mutation {
 		if _, unix := pod.Annotations[virtv1.MigrationTransportUnixAnnotation]; unix {
 			v.Status.MigrationTransport = virtv1.MigrationTransportUnix
 		}
-		removeCondition(v, virtv1.VirtualMachineInstanceSynchronized)
+		vmistatus.RemoveCondition(v, virtv1.VirtualMachineInstanceSynchronized)
 		return true
 	}
 }
@@ -88,7 +88,7 @@ func toScheduled(l launcher, at metav1.Time) mutation {
 func copyPodScheduled(cond corev1.PodCondition) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
 		t := virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
-		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) || condition(v, t) != nil {
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) || vmistatus.Condition(v, t) != nil {
 			return false
 		}
 		v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{
@@ -118,13 +118,13 @@ func notSynchronized(reason, message string, at metav1.Time) mutation {
 				Type:   virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled),
 				Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
 			}
-			if cur := condition(v, scheduled.Type); cur != nil {
+			if cur := vmistatus.Condition(v, scheduled.Type); cur != nil {
 				*cur = scheduled
 			} else {
 				v.Status.Conditions = append(v.Status.Conditions, scheduled)
 			}
 		}
-		setCondition(v, virtv1.VirtualMachineInstanceCondition{
+		vmistatus.SetCondition(v, virtv1.VirtualMachineInstanceCondition{
 			Type:               virtv1.VirtualMachineInstanceSynchronized,
 			Status:             corev1.ConditionFalse,
 			LastTransitionTime: at,
@@ -171,7 +171,7 @@ func waitForDataVolumes(dvs []dataVolume, pods []*corev1.Pod, temp *corev1.Pod, 
 		state := stateOf(dvs)
 		failed := state.failed
 		if !failed && state.firstConsumer {
-			if condition(v, virtv1.VirtualMachineInstanceProvisioning) == nil {
+			if vmistatus.Condition(v, virtv1.VirtualMachineInstanceProvisioning) == nil {
 				v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{
 					Type: virtv1.VirtualMachineInstanceProvisioning, Status: corev1.ConditionTrue,
 				})
@@ -206,7 +206,7 @@ func toFailed(reason, message string, at metav1.Time) mutation {
 		if !vmistatus.Fail(v, at) {
 			return false
 		}
-		setCondition(v, virtv1.VirtualMachineInstanceCondition{
+		vmistatus.SetCondition(v, virtv1.VirtualMachineInstanceCondition{
 			Type:               virtv1.VirtualMachineInstanceSynchronized,
 			Status:             corev1.ConditionFalse,
 			LastTransitionTime: at,
@@ -231,43 +231,4 @@ func ensureFinalizer(v *virtv1.VirtualMachineInstance) {
 	if !slices.Contains(v.Finalizers, virtv1.VirtualMachineInstanceFinalizer) {
 		v.Finalizers = append(v.Finalizers, virtv1.VirtualMachineInstanceFinalizer)
 	}
-}
-
-func condition(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) *virtv1.VirtualMachineInstanceCondition {
-	for i := range v.Status.Conditions {
-		if v.Status.Conditions[i].Type == t {
-			return &v.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-// setCondition sets c, keeping the transition time when the status does
-// not change; it reports whether anything changed.
-func setCondition(v *virtv1.VirtualMachineInstance, c virtv1.VirtualMachineInstanceCondition) bool {
-	if cur := condition(v, c.Type); cur != nil {
-		if cur.Status == c.Status && cur.Reason == c.Reason && cur.Message == c.Message {
-			return false
-		}
-		if cur.Status == c.Status {
-			c.LastTransitionTime = cur.LastTransitionTime
-		}
-		*cur = c
-		return true
-	}
-	v.Status.Conditions = append(v.Status.Conditions, c)
-	return true
-}
-
-func removeCondition(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) {
-	v.Status.Conditions = slices.DeleteFunc(v.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool { return c.Type == t })
-}
-
-func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == t {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
 }

@@ -13,6 +13,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // The status a VMI takes from its launcher pod and its claims on the way to
@@ -96,7 +97,7 @@ func (l launcher) fromPod(v *virtv1.VirtualMachineInstance) {
 // ready: no Provisioning, the pod's QoS class, its PodScheduled=False
 // copied or the VMI's removed.
 func (l launcher) whileScheduling(v *virtv1.VirtualMachineInstance) {
-	removeCondition(v, virtv1.VirtualMachineInstanceProvisioning)
+	vmistatus.RemoveCondition(v, virtv1.VirtualMachineInstanceProvisioning)
 	setQOSClass(v, l.pod)
 	syncPodScheduled(v, l.pod)
 }
@@ -171,12 +172,12 @@ func setMemoryOverhead(v *virtv1.VirtualMachineInstance, pod *corev1.Pod) {
 // removes the VMI's when the pod has none that is False.
 func syncPodScheduled(v *virtv1.VirtualMachineInstance, pod *corev1.Pod) {
 	t := virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
-	cond := podCondition(pod, corev1.PodScheduled)
+	cond := vmistatus.PodCondition(pod, corev1.PodScheduled)
 	if cond == nil || cond.Status != corev1.ConditionFalse {
-		removeCondition(v, t)
+		vmistatus.RemoveCondition(v, t)
 		return
 	}
-	if condition(v, t) == nil {
+	if vmistatus.Condition(v, t) == nil {
 		v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{
 			Type:               t,
 			Status:             cond.Status,
@@ -193,8 +194,8 @@ func syncPodScheduled(v *virtv1.VirtualMachineInstance, pod *corev1.Pod) {
 // KubeVirt writes it once virt-handler reports the VMI Running; virtshard
 // writes it with the handoff (see mutations.go, toScheduled).
 func readyFromPod(v *virtv1.VirtualMachineInstance, pod *corev1.Pod, now metav1.Time) {
-	if ready := podCondition(pod, corev1.PodReady); ready != nil {
-		updateCondition(v, virtv1.VirtualMachineInstanceCondition{
+	if ready := vmistatus.PodCondition(pod, corev1.PodReady); ready != nil {
+		vmistatus.UpdateCondition(v, virtv1.VirtualMachineInstanceCondition{
 			Type:               virtv1.VirtualMachineInstanceReady,
 			Status:             ready.Status,
 			Reason:             ready.Reason,
@@ -210,7 +211,7 @@ func readyFromPod(v *virtv1.VirtualMachineInstance, pod *corev1.Pod, now metav1.
 // notReady sets Ready=False as syncReadyConditionFromPod does before the
 // guest runs.
 func notReady(v *virtv1.VirtualMachineInstance, reason, message string, now metav1.Time) {
-	updateCondition(v, virtv1.VirtualMachineInstanceCondition{
+	vmistatus.UpdateCondition(v, virtv1.VirtualMachineInstanceCondition{
 		Type:               virtv1.VirtualMachineInstanceReady,
 		Status:             corev1.ConditionFalse,
 		Reason:             reason,
@@ -218,20 +219,6 @@ func notReady(v *virtv1.VirtualMachineInstance, reason, message string, now meta
 		LastProbeTime:      now,
 		LastTransitionTime: now,
 	})
-}
-
-// updateCondition is KubeVirt's VirtualMachineInstanceConditionManager
-// UpdateCondition: c replaces the condition of its type unless that has
-// the same status and reason already (then it stays as it is, times and
-// message included).
-func updateCondition(v *virtv1.VirtualMachineInstance, c virtv1.VirtualMachineInstanceCondition) {
-	if cur := condition(v, c.Type); cur != nil {
-		if cur.Status != c.Status || cur.Reason != c.Reason {
-			*cur = c
-		}
-		return
-	}
-	v.Status.Conditions = append(v.Status.Conditions, c)
 }
 
 // backendStorageClaim is backendstorage.PVCForVMI: the PVC labelled

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // The expected values below are what KubeVirt v1.8.1's VMI controller
@@ -133,7 +135,7 @@ func launcherOf(pod *corev1.Pod, claims fakeClaims, pods ...*corev1.Pod) launche
 var equateQuantities = cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
 
 func cond(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) *virtv1.VirtualMachineInstanceCondition {
-	return condition(v, t)
+	return vmistatus.Condition(v, t)
 }
 
 func podScheduledType() virtv1.VirtualMachineInstanceConditionType {

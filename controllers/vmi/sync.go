@@ -20,6 +20,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -327,7 +328,7 @@ func migratedAway(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) bool {
 // carries the pod's UID, so it cannot land on a successor of that name.
 func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
 	paused := false
-	if cond := condition(vmi, virtv1.VirtualMachineInstancePaused); cond != nil && cond.Status == corev1.ConditionTrue {
+	if cond := vmistatus.Condition(vmi, virtv1.VirtualMachineInstancePaused); cond != nil && cond.Status == corev1.ConditionTrue {
 		paused = true
 	}
 	unpaused := false
@@ -424,7 +425,7 @@ func (c *Controller) deletePod(ctx context.Context, it item, pod *corev1.Pod, gr
 // with the reason, and an event (once per reason and message: the
 // condition dedups them).
 func (c *Controller) blocked(it item, vmi *virtv1.VirtualMachineInstance, eventType, reason, message string) {
-	if cond := condition(vmi, virtv1.VirtualMachineInstanceSynchronized); cond != nil &&
+	if cond := vmistatus.Condition(vmi, virtv1.VirtualMachineInstanceSynchronized); cond != nil &&
 		cond.Status == corev1.ConditionFalse && cond.Reason == reason && cond.Message == message {
 		return // already reported
 	}

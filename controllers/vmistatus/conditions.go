@@ -1,0 +1,64 @@
+package vmistatus
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+)
+
+// Condition is v's condition of type t, or nil.
+func Condition(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) *virtv1.VirtualMachineInstanceCondition {
+	for i := range v.Status.Conditions {
+		if v.Status.Conditions[i].Type == t {
+			return &v.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// SetCondition sets c, keeping the transition time when the status does
+// not change; it reports whether anything changed.
+func SetCondition(v *virtv1.VirtualMachineInstance, c virtv1.VirtualMachineInstanceCondition) bool {
+	if cur := Condition(v, c.Type); cur != nil {
+		if cur.Status == c.Status && cur.Reason == c.Reason && cur.Message == c.Message {
+			return false
+		}
+		if cur.Status == c.Status {
+			c.LastTransitionTime = cur.LastTransitionTime
+		}
+		*cur = c
+		return true
+	}
+	v.Status.Conditions = append(v.Status.Conditions, c)
+	return true
+}
+
+// UpdateCondition is KubeVirt's VirtualMachineInstanceConditionManager
+// UpdateCondition: c replaces the condition of its type unless that has
+// the same status and reason already (then it stays as it is, times and
+// message included).
+func UpdateCondition(v *virtv1.VirtualMachineInstance, c virtv1.VirtualMachineInstanceCondition) {
+	if cur := Condition(v, c.Type); cur != nil {
+		if cur.Status != c.Status || cur.Reason != c.Reason {
+			*cur = c
+		}
+		return
+	}
+	v.Status.Conditions = append(v.Status.Conditions, c)
+}
+
+// RemoveCondition removes v's condition of type t.
+func RemoveCondition(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) {
+	v.Status.Conditions = slices.DeleteFunc(v.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool { return c.Type == t })
+}
+
+// PodCondition is pod's condition of type t, or nil.
+func PodCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == t {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
