@@ -36,15 +36,14 @@ type fixture struct {
 
 func newFixture(t *testing.T, kubeObjects []runtime.Object, kvObjects ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{}
-	f.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "migration", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
-		var err error
-		if f.c, err = newController(env, rt, DefaultOptions()); err != nil {
-			return nil, err
+	f, c := shardedtest.StartController(t, "migration", func(env *sharded.Env, rt *sharded.Runtime) (*Controller, *sharded.Controller, error) {
+		c, err := newController(env, rt, DefaultOptions())
+		if err != nil {
+			return nil, nil, err
 		}
-		return f.c.declare(), nil
-	}}, shardedtest.Cluster{Objects: append(kubeObjects, kvObjects...)})
-	return f
+		return c, c.declare(), nil
+	}, shardedtest.Cluster{Objects: append(kubeObjects, kvObjects...)})
+	return &fixture{f, c}
 }
 
 // sync syncs migration m in the range of its VMI (or its own, without one).

@@ -31,16 +31,21 @@ type fixture struct {
 
 func newFixture(t *testing.T, kubeObjects []runtime.Object, vmis ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{}
-	f.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "node", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
-		var err error
-		f.c, err = newController(env, rt, Options{GracePeriod: time.Minute})
+	return startFixture(t, shardedtest.Cluster{Objects: append(kubeObjects, vmis...)})
+}
+
+// startFixture starts the controller on c, with a grace period of a
+// minute.
+func startFixture(t *testing.T, c shardedtest.Cluster) *fixture {
+	t.Helper()
+	f, ctrl := shardedtest.StartController(t, "node", func(env *sharded.Env, rt *sharded.Runtime) (*Controller, *sharded.Controller, error) {
+		ctrl, err := newController(env, rt, Options{GracePeriod: time.Minute})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return f.c.declare(), nil
-	}}, shardedtest.Cluster{Objects: append(kubeObjects, vmis...)})
-	return f
+		return ctrl, ctrl.declare(), nil
+	}, c)
+	return &fixture{f, ctrl}
 }
 
 // syncNode syncs the node named name.
@@ -165,15 +170,7 @@ func TestALateEvacuationAfterAHandoffMakesNoSecondMigration(t *testing.T) {
 	<-asked
 	old.Fence.Drop(old.Ranges.Owner(vmi))
 
-	next := &fixture{}
-	next.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "node", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
-		var err error
-		next.c, err = newController(env, rt, Options{GracePeriod: time.Minute})
-		if err != nil {
-			return nil, err
-		}
-		return next.c.declare(), nil
-	}}, shardedtest.Cluster{Replica: old.Fixture})
+	next := startFixture(t, shardedtest.Cluster{Replica: old.Fixture})
 	if _, err := next.syncNode("node-1"); err != nil {
 		t.Fatal(err)
 	}

@@ -31,12 +31,11 @@ type fixture struct {
 
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{}
-	f.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "vm", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
-		f.c = newController(env, rt, DefaultOptions())
-		return f.c.declare(), nil
-	}}, shardedtest.Cluster{Objects: objects})
-	return f
+	f, c := shardedtest.StartController(t, "vm", func(env *sharded.Env, rt *sharded.Runtime) (*Controller, *sharded.Controller, error) {
+		c := newController(env, rt, DefaultOptions())
+		return c, c.declare(), nil
+	}, shardedtest.Cluster{Objects: objects})
+	return &fixture{f, c}
 }
 
 func (f *fixture) sync(t *testing.T, vm *virtv1.VirtualMachine) {

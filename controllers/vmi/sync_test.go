@@ -40,13 +40,18 @@ type fixture struct {
 // written at once.
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{}
+	return startFixture(t, shardedtest.Cluster{Objects: objects})
+}
+
+// startFixture starts the controller on c, status written at once.
+func startFixture(t *testing.T, c shardedtest.Cluster) *fixture {
+	t.Helper()
 	opts := Options{UrgentStatusWait: time.Millisecond, LazyStatusWait: time.Millisecond, BusyDepth: 1000}
-	f.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "vmi", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
-		f.c = newController(env, rt, opts, nil, nil)
-		return f.c.declare(), nil
-	}}, shardedtest.Cluster{Objects: objects})
-	return f
+	f, ctrl := shardedtest.StartController(t, "vmi", func(env *sharded.Env, rt *sharded.Runtime) (*Controller, *sharded.Controller, error) {
+		ctrl := newController(env, rt, opts, nil, nil)
+		return ctrl, ctrl.declare(), nil
+	}, c)
+	return &fixture{f, ctrl}
 }
 
 func (f *fixture) item(vmi *virtv1.VirtualMachineInstance) item {
@@ -382,11 +387,7 @@ func TestALateCreateAfterAHandoffMakesNoSecondLauncherPod(t *testing.T) {
 	<-asked
 	old.Fence.Drop(old.item(vmi).Range) // the handoff, after the old holder's check
 
-	next := &fixture{}
-	next.Fixture = shardedtest.Start(t, sharded.Declaration{Name: "vmi", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
-		next.c = newController(env, rt, Options{UrgentStatusWait: time.Millisecond, LazyStatusWait: time.Millisecond, BusyDepth: 1000}, nil, nil)
-		return next.c.declare(), nil
-	}}, shardedtest.Cluster{Replica: old.Fixture})
+	next := startFixture(t, shardedtest.Cluster{Replica: old.Fixture})
 	if err := next.c.sync(context.Background(), next.item(vmi)); err != nil {
 		t.Fatal(err)
 	}

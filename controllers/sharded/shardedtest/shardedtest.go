@@ -245,6 +245,22 @@ func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
 	return f
 }
 
+// StartController is Start for a controller built by build, which returns
+// the controller itself (for the test to sync) beside what the runtime runs.
+func StartController[C any](t testing.TB, name string, build func(*sharded.Env, *sharded.Runtime) (C, *sharded.Controller, error), c Cluster) (*Fixture, C) {
+	t.Helper()
+	var built C
+	f := Start(t, sharded.Declaration{Name: name, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+		var (
+			declared *sharded.Controller
+			err      error
+		)
+		built, declared, err = build(env, rt)
+		return declared, err
+	}}, c)
+	return f, built
+}
+
 // Range is range i's caches.
 func (f *Fixture) Range(i int) *caches.Range { return f.Env.Caches.Get(i) }
 
