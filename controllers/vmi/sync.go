@@ -105,9 +105,10 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 // cache because someone changed or removed their range label, and puts the
 // label back: a running VM must not fail for an edited label. It reports
 // whether it found any. A pod that carries the range's label but is not in
-// its cache yet is an error, retried with backoff: the cache lags the
-// server (a replica that was stopped took the range back with caches kept
-// from before), and a VMI whose pod runs must not fail for that.
+// its cache yet, or is there at an older resourceVersion, is an error,
+// retried with backoff: the cache lags the server (a replica that was
+// stopped took the range back with caches kept from before), and a VMI
+// whose pod runs must not fail for that.
 func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, cached []*corev1.Pod) (bool, error) {
 	pods, err := c.env.Kube.CoreV1().Pods(vmi.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.UID),
@@ -123,10 +124,12 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 			continue
 		}
 		if pod.Labels[shard.LabelRange] == want {
-			if slices.ContainsFunc(cached, func(p *corev1.Pod) bool { return p.UID == pod.UID }) {
-				continue // cached, and not the VMI's pod
+			if slices.ContainsFunc(cached, func(p *corev1.Pod) bool { return p.UID == pod.UID && p.ResourceVersion == pod.ResourceVersion }) {
+				continue // cached as it is, and not the VMI's pod
 			}
-			return true, fmt.Errorf("launcher pod %s/%s of %s exists but is not in range %d's cache yet", pod.Namespace, pod.Name, it.Key, it.Range)
+			// Not cached, or cached as it was (before it was scheduled
+			// to the VMI's node, say): the cache lags.
+			return true, fmt.Errorf("launcher pod %s/%s of %s is not in range %d's cache as it is yet", pod.Namespace, pod.Name, it.Key, it.Range)
 		}
 		found = true
 		// The pod as listed, or nothing: a conflict retries the VMI.

@@ -287,6 +287,30 @@ func TestSyncDoesNotFailAVMIWhosePodTheCacheHasNotSeenYet(t *testing.T) {
 	}
 }
 
+// The cache holds the VMI's pod, but as it was before it was scheduled to
+// the VMI's node: the cache lags, and the VMI is retried, not failed.
+func TestSyncDoesNotFailAVMIWhosePodTheCacheHoldsAsItWas(t *testing.T) {
+	vmi := newVMI("a")
+	vmi.Status.Phase = virtv1.Running
+	vmi.Status.NodeName = "node-1"
+	pod := runningLauncherPod(t, vmi)
+	stale := pod.DeepCopy()
+	stale.Spec.NodeName, stale.Status.Phase = "", corev1.PodPending
+	f := newFixture(t, vmi, stale) // the caches listed the pod unscheduled
+	scheduled := pod.DeepCopy()
+	scheduled.Spec.NodeName, scheduled.ResourceVersion = "node-1", "2"
+	f.Kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &corev1.PodList{Items: []corev1.Pod{*scheduled}}, nil // the server has it on the node
+	})
+	err := f.c.sync(context.Background(), f.item(vmi))
+	if err == nil || !strings.Contains(err.Error(), pod.Name) {
+		t.Errorf("sync error %v: want one naming the pod the cache holds as it was, for a retry", err)
+	}
+	if f.c.batcher.Pending(f.item(vmi).Key, vmi.UID) {
+		t.Error("a status intent is pending: the VMI would be failed")
+	}
+}
+
 // dataVolume is a CDI DataVolume in phase, its claim bound.
 func cdiDataVolume(name, phase string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
