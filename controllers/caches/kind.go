@@ -306,16 +306,25 @@ func (o Objects[T]) Len() int { return o.set.len() }
 // HasSynced reports whether every informer of the set has synced.
 func (o Objects[T]) HasSynced() bool { return o.set.hasSynced() }
 
-// AddEventHandler adds h to every informer of the set. An object moves
-// between them only if someone edits its range label; h then sees it
-// deleted from one and added to the other.
-func (o Objects[T]) AddEventHandler(h cache.ResourceEventHandler) error {
-	for _, inf := range o.set.informers {
-		if _, err := inf.AddEventHandler(h); err != nil {
-			return err
+// AddEventHandler adds h to every informer of the set, until remove. An
+// object moves between them only if someone edits its range label; h then
+// sees it deleted from one and added to the other.
+func (o Objects[T]) AddEventHandler(h cache.ResourceEventHandler) (remove func(), err error) {
+	var added []cache.ResourceEventHandlerRegistration
+	remove = func() {
+		for k, reg := range added {
+			_ = o.set.informers[k].RemoveEventHandler(reg) // fails only for a handle of another informer
 		}
 	}
-	return nil
+	for _, inf := range o.set.informers {
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
+			remove()
+			return func() {}, err
+		}
+		added = append(added, reg)
+	}
+	return remove, nil
 }
 
 // Informers are the set's informers, one per selection of the kind's

@@ -56,8 +56,9 @@ type Watch struct {
 	// declared is the kind for the range caches; none for an informer
 	// outside them.
 	declared *caches.Watch
-	// ranged adds the handler of a sharded kind to an acquired range.
-	ranged func(rt *Runtime, r *caches.Range) error
+	// ranged adds the handler of a sharded kind to an acquired range,
+	// until remove.
+	ranged func(rt *Runtime, r *caches.Range) (remove func(), err error)
 	// informer of a cluster-wide kind, and its handler.
 	informer func(c *caches.Ranges) cache.SharedIndexInformer
 	handler  func(rt *Runtime) cache.ResourceEventHandler
@@ -71,10 +72,13 @@ func On[T interface {
 	metav1.Object
 	runtime.Object
 }](kind caches.Kind[T], e Events[T], indexers cache.Indexers) Watch {
+	if !kind.Placement.Sharded() {
+		panic(fmt.Sprintf("sharded.On(%s): a %s kind is watched Across", kind.Resource, kind.Placement))
+	}
 	declared := kind.Watch(indexers)
 	return Watch{
 		declared: &declared,
-		ranged: func(rt *Runtime, r *caches.Range) error {
+		ranged: func(rt *Runtime, r *caches.Range) (func(), error) {
 			return kind.In(r).AddEventHandler(Handler(rt, r.Index, e))
 		},
 	}
@@ -86,6 +90,9 @@ func Across[T interface {
 	metav1.Object
 	runtime.Object
 }](kind caches.Kind[T], e Events[T], indexers cache.Indexers) Watch {
+	if kind.Placement.Sharded() {
+		panic(fmt.Sprintf("sharded.Across(%s): a sharded kind (%s) is watched On its ranges", kind.Resource, kind.Placement))
+	}
 	declared := kind.Watch(indexers)
 	w := Watch{
 		declared: &declared,
@@ -168,25 +175,44 @@ func (r *Runtime) Follow(ctx context.Context) error {
 // into it.
 func (r *Runtime) Acquired(_ context.Context, rng *caches.Range) error {
 	r.gate.Open(rng.Index)
+	var removes []func()
 	for _, w := range r.ctrl.Watches {
 		switch {
 		case w.ranged != nil:
-			if err := w.ranged(r, rng); err != nil {
+			remove, err := w.ranged(r, rng)
+			if err != nil {
+				for _, remove := range removes {
+					remove()
+				}
 				return err
 			}
+			removes = append(removes, remove)
 		case w.replay != nil:
 			w.replay(r, r.caches, rng.Index)
 		}
 	}
+	r.handlersMu.Lock()
+	r.handlers[rng.Index] = removes
+	r.handlersMu.Unlock()
 	return nil
 }
 
 // Releasing implements caches.Consumer: close range i to new syncs, wait
-// for those under way (or ctx), then let the controller forget the range.
+// for those under way (or ctx), remove the range's handlers, then let the
+// controller forget the range.
 // Its writes stop at the fence whatever is still queued; the next owner
 // starts from the objects.
 func (r *Runtime) Releasing(ctx context.Context, i int, _ shard.Reason) {
 	r.gate.Release(ctx, i)
+	// Its handlers go too: a range's caches may be kept for its next
+	// tenure (caches.Ranges.Keep), whose Acquired adds them again.
+	r.handlersMu.Lock()
+	removes := r.handlers[i]
+	delete(r.handlers, i)
+	r.handlersMu.Unlock()
+	for _, remove := range removes {
+		remove()
+	}
 	if r.ctrl.Forget != nil {
 		r.ctrl.Forget(i)
 	}

@@ -56,6 +56,9 @@ type Runtime struct {
 	// ctrl is the controller the runtime runs (Start), reading caches.
 	ctrl   *Controller
 	caches *caches.Ranges
+	// handlers remove the event handlers added to each held range.
+	handlersMu sync.Mutex
+	handlers   map[int][]func()
 }
 
 // New returns a runtime with every range open.
@@ -68,7 +71,8 @@ func New(cfg Config) *Runtime {
 		cfg:    cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[Item](),
 			workqueue.TypedRateLimitingQueueConfig[Item]{Name: cfg.Name, Clock: cfg.Clock}),
-		gate: NewGate(cfg.Ranges, cfg.Fence),
+		gate:     NewGate(cfg.Ranges, cfg.Fence),
+		handlers: map[int][]func(){},
 	}
 }
 
