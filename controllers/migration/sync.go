@@ -19,6 +19,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/patch"
+	"github.com/virtshard/virtshard/controllers/sharded"
 )
 
 // Finalizer keeps a migration until its permit is given back and its
@@ -487,25 +488,19 @@ func (c *Controller) collectGarbage(ctx context.Context, it item, vmi *virtv1.Vi
 	return nil
 }
 
-// patchFinalizers sends a finalizer patch of m (none when nil).
+// patchFinalizers sends a finalizer patch of m (none when nil), and goes
+// on from what the server returned, with the status worked out so far.
 func (c *Controller) patchFinalizers(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, finalizers []byte) error {
-	if finalizers == nil {
-		return nil
-	}
-	var updated *virtv1.VirtualMachineInstanceMigration
-	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		updated, err = c.env.KubeVirt.Migrations(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, finalizers, metav1.PatchOptions{})
-		return err
+	updated, ok, err := sharded.SendPatch(ctx, c.rt.Writer, it.Range, finalizers, func(ctx context.Context, body []byte) (*virtv1.VirtualMachineInstanceMigration, error) {
+		return c.env.KubeVirt.Migrations(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	})
 	if err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
 		return fmt.Errorf("patch finalizers of migration %s: %w", it.Key, err)
 	}
-	// Go on from what the server returned, with the status worked out so far.
-	status := m.Status
-	*m = *updated
-	m.Status = status
+	if ok {
+		status := m.Status
+		*m = *updated
+		m.Status = status
+	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Fence is the shard manager's word on a range.
@@ -68,4 +70,22 @@ func (w *Writer) Write(ctx context.Context, rng int, send func(ctx context.Conte
 		return fmt.Errorf("write cut off at the fence deadline of range %d: %w", rng, err)
 	}
 	return err
+}
+
+// SendPatch sends body, a patch of an object of range rng (a finalizer
+// patch of package patch, say), through w with send, and returns what the
+// server returned. Nothing is sent for a nil body, and an object gone is
+// no error: both return ok false.
+func SendPatch[T any](ctx context.Context, w *Writer, rng int, body []byte, send func(ctx context.Context, body []byte) (T, error)) (updated T, ok bool, err error) {
+	if body == nil {
+		return updated, false, nil
+	}
+	err = w.Write(ctx, rng, func(ctx context.Context) (err error) {
+		updated, err = send(ctx, body)
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return updated, false, nil
+	}
+	return updated, err == nil, err
 }

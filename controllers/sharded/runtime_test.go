@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // fence holds the ranges set in it, until deadline.
@@ -222,5 +224,33 @@ func TestRuntimeDropsAnItemWhoseWriteWasNotHeld(t *testing.T) {
 	waitFor(t, "the reconcile", func() bool { return testutil.CollectAndCount(m.duration) == 1 })
 	if n := testutil.ToFloat64(m.requeues.WithLabelValues("test", "error")); n != 0 || calls.Load() != 1 {
 		t.Errorf("%d reconciles, %v requeued with backoff; want one, none requeued", calls.Load(), n)
+	}
+}
+
+func TestSendPatchSendsNothingForNoPatchAndTakesAnObjectGoneAsDone(t *testing.T) {
+	w := NewWriter("test", newFence(1), nil)
+	sent := 0
+	send := func(answer error) func(context.Context, []byte) (string, error) {
+		return func(context.Context, []byte) (string, error) {
+			sent++
+			if answer != nil {
+				return "", answer
+			}
+			return "updated", nil
+		}
+	}
+	if _, ok, err := SendPatch(context.Background(), w, 0, nil, send(nil)); ok || err != nil || sent != 0 {
+		t.Errorf("no patch: ok %v, err %v, %d sent; want nothing sent", ok, err, sent)
+	}
+	gone := apierrors.NewNotFound(schema.GroupResource{Resource: "things"}, "a")
+	if _, ok, err := SendPatch(context.Background(), w, 0, []byte("{}"), send(gone)); ok || err != nil || sent != 1 {
+		t.Errorf("object gone: ok %v, err %v; want not ok, no error", ok, err)
+	}
+	if got, ok, err := SendPatch(context.Background(), w, 0, []byte("{}"), send(nil)); !ok || err != nil || got != "updated" {
+		t.Errorf("sent: %q, ok %v, err %v; want what the server returned", got, ok, err)
+	}
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "things"}, "a", errors.New("changed"))
+	if _, ok, err := SendPatch(context.Background(), w, 0, []byte("{}"), send(conflict)); ok || !apierrors.IsConflict(err) {
+		t.Errorf("conflict: ok %v, err %v; want the conflict", ok, err)
 	}
 }

@@ -300,25 +300,19 @@ func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 	return nil
 }
 
-// patchVMFinalizers sends a finalizer patch of vm (none when nil).
+// patchVMFinalizers sends a finalizer patch of vm (none when nil); the
+// rest of the sync works on what the server returned.
 func (c *Controller) patchVMFinalizers(ctx context.Context, it item, vm *virtv1.VirtualMachine, finalizers []byte) error {
-	if finalizers == nil {
-		return nil
-	}
-	var updated *virtv1.VirtualMachine
-	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		updated, err = c.env.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, finalizers, metav1.PatchOptions{})
-		return err
+	updated, ok, err := sharded.SendPatch(ctx, c.rt.Writer, it.Range, finalizers, func(ctx context.Context, body []byte) (*virtv1.VirtualMachine, error) {
+		return c.env.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	})
 	if err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
 		return fmt.Errorf("patch finalizers of VM %s: %w", it.Key, err)
 	}
-	// The rest of this sync works on what the server returned.
-	*vm = *updated
-	c.wrote(it.Range, updated)
+	if ok {
+		*vm = *updated
+		c.wrote(it.Range, updated)
+	}
 	return nil
 }
 
@@ -332,14 +326,10 @@ func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error 
 		return nil
 	}
 	release := patch.RemoveFinalizer(vmi, virtv1.VirtualMachineControllerFinalizer)
-	if release == nil {
-		return nil
-	}
-	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-		_, err := c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, release, metav1.PatchOptions{})
-		return err
+	_, _, err := sharded.SendPatch(ctx, c.rt.Writer, it.Range, release, func(ctx context.Context, body []byte) (*virtv1.VirtualMachineInstance, error) {
+		return c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err != nil {
 		return fmt.Errorf("release VMI %s: %w", it.Key, err)
 	}
 	return nil
