@@ -255,7 +255,8 @@ verify: generate tools verify-layering ## Fail on stale generated files, gofmt, 
 
 # The product (the controller, its packages and their tests) imports nothing
 # from the bench or the test support: the arrows point one way. The
-# controllers' test kit (controllers/sharded/shardedtest) is for their tests
+# controllers' test kit (controllers/sharded/shardedtest, and its fence,
+# fencetest) is for their tests
 # only: no product code imports it.
 PRODUCT_PACKAGES := ./cmd/... ./shard/... ./controllers/... ./replica/... ./client/...
 
@@ -265,7 +266,7 @@ verify-layering: ## Fail if a product package, its tests included, imports bench
 	    $(GO) list -deps -test -f '{{.ImportPath}}' $$p | grep -E '^github.com/virtshard/virtshard/(bench|test)(/|$$)' | sed "s|^|$$p imports |"; \
 	  done | sort -u); \
 	test -z "$$bad" || { echo "product packages import bench or test support:"; echo "$$bad"; exit 1; }
-	@bad=$$($(GO) list -deps -f '{{.ImportPath}}' ./cmd/... | grep -E '/shardedtest$$'); \
+	@bad=$$($(GO) list -deps -f '{{.ImportPath}}' ./cmd/... | grep -E '/(shardedtest|fencetest)$$'); \
 	test -z "$$bad" || { echo "product code imports the controllers' test kit:"; echo "$$bad"; exit 1; }
 
 .PHONY: clean

@@ -30,7 +30,7 @@ func queued(r *Runtime) []Item {
 }
 
 func TestHandlerQueuesTheOwnerOfEachChildEvent(t *testing.T) {
-	r := New(Config{Name: "test", Ranges: 4, Fence: newFence(4)})
+	r := New(Config{Name: "test", Ranges: 4, Fence: newFence()})
 	var heard []string
 	h := Handler(r, 3, Events[*corev1.Pod]{
 		Keys:    ControllerKey[*corev1.Pod]("VirtualMachineInstance"),
@@ -57,7 +57,7 @@ func TestHandlerQueuesTheOwnerOfEachChildEvent(t *testing.T) {
 }
 
 func TestHandlerQueuesAnObjectUnderItsOwnKey(t *testing.T) {
-	r := New(Config{Name: "test", Ranges: 1, Fence: newFence(1)})
+	r := New(Config{Name: "test", Ranges: 1, Fence: newFence()})
 	h := Handler(r, 0, Events[*corev1.Pod]{Keys: ItsOwnKey[*corev1.Pod]})
 	h.OnAdd(pod("p", "1", "a"), false)
 	if got := queued(r); !slices.Equal(got, []Item{{0, "ns/p"}}) {

@@ -12,28 +12,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/virtshard/virtshard/controllers/sharded/fencetest"
 )
 
-// fence holds the ranges set in it, until deadline.
-type fence struct {
-	held     []atomic.Bool
-	deadline time.Time
-}
-
-func newFence(n int) *fence {
-	f := &fence{held: make([]atomic.Bool, n), deadline: time.Now().Add(time.Hour)}
-	for i := range f.held {
-		f.held[i].Store(true)
-	}
-	return f
-}
-
-func (f *fence) Deadline(rng int) (time.Time, bool) { return f.deadline, f.held[rng].Load() }
+// newFence holds every range.
+func newFence() *fencetest.Fence { return &fencetest.Fence{} }
 
 func TestGateAdmitsOnlyHeldRangesNotBeingReleased(t *testing.T) {
-	f := newFence(2)
+	f := newFence()
 	g := NewGate(2, f)
-	f.held[1].Store(false)
+	f.Drop(1)
 	if g.Enter(1) {
 		t.Error("a sync of a range not held was admitted")
 	}
@@ -53,7 +42,7 @@ func TestGateAdmitsOnlyHeldRangesNotBeingReleased(t *testing.T) {
 }
 
 func TestReleaseWaitsForTheSyncsUnderWay(t *testing.T) {
-	g := NewGate(1, newFence(1))
+	g := NewGate(1, newFence())
 	for range 2 {
 		if !g.Enter(0) {
 			t.Fatal("a sync of a held range was refused")
@@ -109,7 +98,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestRuntimeRetriesAPanicAndAnErrorAndRecordsThem(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	r := New(Config{Name: "test", Ranges: 1, Fence: newFence(1), Metrics: m})
+	r := New(Config{Name: "test", Ranges: 1, Fence: newFence(), Metrics: m})
 	var calls atomic.Int32
 	runRuntime(t, r, func(_ context.Context, it Item) (time.Duration, error) {
 		switch calls.Add(1) {
@@ -129,7 +118,7 @@ func TestRuntimeRetriesAPanicAndAnErrorAndRecordsThem(t *testing.T) {
 }
 
 func TestRuntimeSyncsNothingOfAReleasedRange(t *testing.T) {
-	f := newFence(2)
+	f := newFence()
 	r := New(Config{Name: "test", Ranges: 2, Fence: f})
 	synced := make(chan Item, 10)
 	runRuntime(t, r, func(_ context.Context, it Item) (time.Duration, error) {
@@ -137,7 +126,7 @@ func TestRuntimeSyncsNothingOfAReleasedRange(t *testing.T) {
 		return 0, nil
 	})
 	r.gate.Release(context.Background(), 0)
-	f.held[1].Store(false)
+	f.Drop(1)
 	r.Add(0, "ns/released")
 	r.Add(1, "ns/not-held")
 	time.Sleep(50 * time.Millisecond)
@@ -152,7 +141,7 @@ func TestRuntimeSyncsNothingOfAReleasedRange(t *testing.T) {
 }
 
 func TestRuntimeRequeuesAfterTheDurationAsked(t *testing.T) {
-	r := New(Config{Name: "test", Ranges: 1, Fence: newFence(1)})
+	r := New(Config{Name: "test", Ranges: 1, Fence: newFence()})
 	var calls atomic.Int32
 	runRuntime(t, r, func(context.Context, Item) (time.Duration, error) {
 		if calls.Add(1) == 1 {
@@ -165,8 +154,8 @@ func TestRuntimeRequeuesAfterTheDurationAsked(t *testing.T) {
 }
 
 func TestWriteSendsNothingForARangeNotHeld(t *testing.T) {
-	f := newFence(1)
-	f.held[0].Store(false)
+	f := newFence()
+	f.Drop(0)
 	m := NewMetrics(prometheus.NewRegistry())
 	err := NewWriter("test", f, m).Write(context.Background(), 0, func(context.Context) error {
 		t.Error("a write of a range not held was sent")
@@ -181,12 +170,12 @@ func TestWriteSendsNothingForARangeNotHeld(t *testing.T) {
 }
 
 func TestWriteEndsAtTheFenceDeadline(t *testing.T) {
-	f := newFence(1)
-	f.deadline = time.Now().Add(50 * time.Millisecond)
+	f, deadline := newFence(), time.Now().Add(50*time.Millisecond)
+	f.Until(deadline)
 	m := NewMetrics(prometheus.NewRegistry())
 	err := NewWriter("test", f, m).Write(context.Background(), 0, func(ctx context.Context) error {
-		if d, ok := ctx.Deadline(); !ok || !d.Equal(f.deadline) {
-			t.Errorf("the write's deadline is %v (%v), want the fence's %v", d, ok, f.deadline)
+		if d, ok := ctx.Deadline(); !ok || !d.Equal(deadline) {
+			t.Errorf("the write's deadline is %v (%v), want the fence's %v", d, ok, deadline)
 		}
 		<-ctx.Done() // a request held back in the process, as by a dial that hangs
 		return ctx.Err()
@@ -203,7 +192,7 @@ func TestWriteCancelledByItsCallerIsNoFenceMatter(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := NewWriter("test", newFence(1), m).Write(ctx, 0, func(ctx context.Context) error { return ctx.Err() })
+	err := NewWriter("test", newFence(), m).Write(ctx, 0, func(ctx context.Context) error { return ctx.Err() })
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v, want the caller's cancellation", err)
 	}
@@ -214,7 +203,7 @@ func TestWriteCancelledByItsCallerIsNoFenceMatter(t *testing.T) {
 
 func TestRuntimeDropsAnItemWhoseWriteWasNotHeld(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
-	r := New(Config{Name: "test", Ranges: 1, Fence: newFence(1), Metrics: m})
+	r := New(Config{Name: "test", Ranges: 1, Fence: newFence(), Metrics: m})
 	var calls atomic.Int32
 	runRuntime(t, r, func(context.Context, Item) (time.Duration, error) {
 		calls.Add(1)
@@ -228,7 +217,7 @@ func TestRuntimeDropsAnItemWhoseWriteWasNotHeld(t *testing.T) {
 }
 
 func TestSendPatchSendsNothingForNoPatchAndTakesAnObjectGoneAsDone(t *testing.T) {
-	w := NewWriter("test", newFence(1), nil)
+	w := NewWriter("test", newFence(), nil)
 	sent := 0
 	send := func(answer error) func(context.Context, []byte) (string, error) {
 		return func(context.Context, []byte) (string, error) {

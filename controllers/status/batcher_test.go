@@ -18,6 +18,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 )
 
 // server is an in-memory API server for one VMI: merge patches with
@@ -47,7 +48,7 @@ func (s *server) bump() {
 	s.vmi.ResourceVersion = strconv.Itoa(rv + 1)
 }
 
-func (s *server) config(holds func(int) bool) Config[*virtv1.VirtualMachineInstance] {
+func (s *server) config(fence sharded.Fence) Config[*virtv1.VirtualMachineInstance] {
 	return Config[*virtv1.VirtualMachineInstance]{
 		Name: "test",
 		Cached: func(_ int, _, _ string) (*virtv1.VirtualMachineInstance, error) {
@@ -88,7 +89,7 @@ func (s *server) config(holds func(int) bool) Config[*virtv1.VirtualMachineInsta
 			s.patches = append(s.patches, string(patch))
 			return s.vmi.DeepCopy(), nil
 		},
-		Writer:  sharded.NewWriter("test", fenceFunc(holds), nil),
+		Writer:  sharded.NewWriter("test", fence, nil),
 		Workers: 2,
 	}
 }
@@ -98,13 +99,6 @@ func (s *server) patchCount() int {
 	defer s.mu.Unlock()
 	return len(s.patches)
 }
-
-func holdAll(int) bool { return true }
-
-// fenceFunc holds the ranges it returns true for, for an hour.
-type fenceFunc func(rng int) bool
-
-func (f fenceFunc) Deadline(rng int) (time.Time, bool) { return time.Now().Add(time.Hour), f(rng) }
 
 func setPhase(phase virtv1.VirtualMachineInstancePhase) Mutation[*virtv1.VirtualMachineInstance] {
 	return func(v *virtv1.VirtualMachineInstance) bool {
@@ -165,7 +159,7 @@ func (b *Batcher[T]) dueOf(key string) time.Time {
 
 func TestLazyIntentRidesAlongWithTheNextUrgentOne(t *testing.T) {
 	s := newServer()
-	b, clock := stopped(s.config(holdAll))
+	b, clock := stopped(s.config(&shardedtest.Fence{}))
 	b.Enqueue(0, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduling))
 	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, setPhase(virtv1.Scheduled))
 	flushAt(t, b, clock, 0, "ns/v")
@@ -186,7 +180,7 @@ func TestLazyIntentRidesAlongWithTheNextUrgentOne(t *testing.T) {
 
 func TestLazyIntentWaitsWhileBusy(t *testing.T) {
 	s := newServer()
-	cfg := s.config(holdAll)
+	cfg := s.config(&shardedtest.Fence{})
 	busy := true
 	const lazy, busyWait = 5 * time.Millisecond, 50 * time.Millisecond
 	cfg.LazyWait, cfg.BusyWait, cfg.BusyDepth = lazy, busyWait, 100
@@ -226,7 +220,7 @@ func TestLazyIntentWaitsWhileBusy(t *testing.T) {
 
 func TestUrgentIntentIsNotPostponedWhileBusy(t *testing.T) {
 	s := newServer()
-	cfg := s.config(holdAll)
+	cfg := s.config(&shardedtest.Fence{})
 	cfg.LazyWait, cfg.BusyWait, cfg.BusyDepth = time.Hour, time.Hour, 1
 	b, clock := stopped(cfg)
 	b.EnqueueLazy(0, "ns/v", "uid-v", setPhase(virtv1.Scheduling))
@@ -239,7 +233,7 @@ func TestUrgentIntentIsNotPostponedWhileBusy(t *testing.T) {
 
 func TestConflictRereadsAndReappliesOnTheNewerObject(t *testing.T) {
 	s := newServer()
-	b := New(s.config(holdAll))
+	b := New(s.config(&shardedtest.Fence{}))
 	run(t, b)
 	// The node agent labels the VMI behind our cache's back.
 	s.writeBehindCache(func(v *virtv1.VirtualMachineInstance) { v.Labels = map[string]string{"node-agent": "was-here"} })
@@ -252,7 +246,7 @@ func TestConflictRereadsAndReappliesOnTheNewerObject(t *testing.T) {
 
 func TestIntentsOfAReleasedRangeAreNotWritten(t *testing.T) {
 	s := newServer()
-	b, clock := stopped(s.config(func(rng int) bool { return rng == 3 }))
+	b, clock := stopped(s.config(shardedtest.Holding(3)))
 	b.Enqueue(3, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduling))
 	b.DropRange(3)
 	if b.Pending("ns/v", "uid-v") {
@@ -268,7 +262,7 @@ func TestIntentsOfAReleasedRangeAreNotWritten(t *testing.T) {
 
 func TestAnIntentThatNoLongerAppliesWritesNothing(t *testing.T) {
 	s := newServer()
-	b := New(s.config(holdAll))
+	b := New(s.config(&shardedtest.Fence{}))
 	run(t, b)
 	b.Enqueue(0, "ns/v", "uid-v", time.Millisecond, func(*virtv1.VirtualMachineInstance) bool { return false })
 	// A sentinel on another key (the test server answers every key with
@@ -285,7 +279,7 @@ func TestAnIntentThatNoLongerAppliesWritesNothing(t *testing.T) {
 // (the informer event of a write does it).
 func TestABatchThatWritesNothingIsReported(t *testing.T) {
 	s := newServer()
-	cfg := s.config(holdAll)
+	cfg := s.config(&shardedtest.Fence{})
 	var reported []string
 	cfg.OnNothingWritten = func(rng int, key string) { reported = append(reported, strconv.Itoa(rng)+" "+key) }
 	b, clock := stopped(cfg)
@@ -312,7 +306,7 @@ func TestABatchThatWritesNothingIsReported(t *testing.T) {
 
 func TestIntentsDieWithTheirObject(t *testing.T) {
 	s := newServer()
-	b := New(s.config(holdAll))
+	b := New(s.config(&shardedtest.Fence{}))
 	// Intents for an object deleted and created again under its name: they
 	// do not block the new object, and are not written to it.
 	b.Enqueue(0, "ns/v", "old-uid", time.Hour, setPhase(virtv1.Failed))
@@ -340,7 +334,7 @@ func TestIntentsDieWithTheirObject(t *testing.T) {
 
 func TestARefusedPatchIsDroppedNotRetried(t *testing.T) {
 	s := newServer()
-	cfg := s.config(holdAll)
+	cfg := s.config(&shardedtest.Fence{})
 	calls := 0
 	cfg.Patch = func(context.Context, string, string, []byte) (*virtv1.VirtualMachineInstance, error) {
 		calls++

@@ -12,7 +12,6 @@ package shardedtest
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +34,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/sharded/fencetest"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -52,69 +52,11 @@ func Ranges(t testing.TB) shard.Ranges {
 	return ranges
 }
 
-// Fence holds every range, for an hour from each ask, until Drop or Cut.
-type Fence struct {
-	mu      sync.Mutex
-	dropped map[int]bool
-	cut     bool
-	// hold, when set, holds an ask back (HoldAsk).
-	hold *heldAsk
-}
+// Fence is the kit's fence (package fencetest).
+type Fence = fencetest.Fence
 
-type heldAsk struct {
-	skip           int // asks to answer before the one held
-	asked, release chan struct{}
-}
-
-// Deadline implements sharded.Fence.
-func (f *Fence) Deadline(rng int) (time.Time, bool) {
-	f.mu.Lock()
-	deadline, held := time.Now().Add(time.Hour), !f.cut && !f.dropped[rng]
-	hold := f.hold
-	if hold != nil && hold.skip > 0 {
-		hold.skip--
-		hold = nil
-	} else {
-		f.hold = nil
-	}
-	f.mu.Unlock()
-	if hold != nil {
-		close(hold.asked)
-		<-hold.release
-	}
-	return deadline, held
-}
-
-// HoldAsk holds the n-th Deadline call from now (1: the next) back until
-// release, and then answers as the fence stood when it was asked: a
-// replica that checked the fence just before a handoff and sends its write
-// after it, as a request held up in the process or on the wire reaches the
-// server late. asked is closed once the call is held.
-func (f *Fence) HoldAsk(n int) (asked <-chan struct{}, release func()) {
-	h := &heldAsk{skip: n - 1, asked: make(chan struct{}), release: make(chan struct{})}
-	f.mu.Lock()
-	f.hold = h
-	f.mu.Unlock()
-	var once sync.Once
-	return h.asked, func() { once.Do(func() { close(h.release) }) }
-}
-
-// Drop stops holding range rng.
-func (f *Fence) Drop(rng int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.dropped == nil {
-		f.dropped = map[int]bool{}
-	}
-	f.dropped[rng] = true
-}
-
-// Cut stops holding every range.
-func (f *Fence) Cut() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cut = true
-}
+// Holding is a fence that holds only the given ranges.
+func Holding(ranges ...int) *Fence { return fencetest.Holding(ranges...) }
 
 // StaticConfig is a KubeVirt CR configuration that never changes.
 type StaticConfig struct{ Config *clusterconfig.Config }
