@@ -106,9 +106,6 @@ func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) (*Contro
 		Client: env.Kube, Namespace: env.ReplicaNamespace, Name: env.Name + "-migration-permits",
 		Live: c.live, Grace: permitGrace, Now: time.Now,
 	}
-	// A raised limit lets waiting migrations go at once, not at their
-	// next poll.
-	env.ClusterConfig.OnChange(func(*clusterconfig.Config) { c.wakeWaiting() })
 	return c, nil
 }
 
@@ -123,6 +120,9 @@ func (c *Controller) declare() *sharded.Controller {
 			sharded.Across(kinds.Migrations, sharded.Events[*virtv1.VirtualMachineInstanceMigration]{Route: c.route, Replay: true}, nil),
 			sharded.On(kinds.VMIs, sharded.Events[*virtv1.VirtualMachineInstance]{Keys: c.migrationsOf}, nil),
 			sharded.On(kinds.LauncherPods, sharded.Events[*corev1.Pod]{Keys: migrationOf}, nil),
+			// A raised limit lets waiting migrations go at once, not at
+			// their next poll.
+			sharded.OnConfig(func(*clusterconfig.Config) []item { return c.pendingItems() }),
 		},
 		Sync: c.sync,
 	}
@@ -148,31 +148,34 @@ func (c *Controller) live(uid types.UID) (exists, final bool) {
 // holds it, else in its own range, if held; a final or deleted one may
 // free a permit for the migrations waiting.
 func (c *Controller) route(m *virtv1.VirtualMachineInstanceMigration) []item {
+	var items []item
 	if m.IsFinal() || m.DeletionTimestamp != nil {
-		c.wakeWaiting()
+		items = c.pendingItems()
 	}
 	key := m.Namespace + "/" + m.Name
 	if rng, ok := kinds.VMIs.Locate(c.env.Caches, m.Namespace+"/"+m.Spec.VMIName); ok {
-		return []item{{Range: rng, Key: key}}
+		return append(items, item{Range: rng, Key: key})
 	}
 	if rng := c.env.Ranges.Of(m); c.env.Caches.Get(rng) != nil {
-		return []item{{Range: rng, Key: key}}
+		return append(items, item{Range: rng, Key: key})
 	}
-	return nil
+	return items
 }
 
-// wakeWaiting queues this replica's migrations that wait for a permit,
-// at once rather than at their next poll (KubeVirt re-enqueues its pending
-// migrations the same way when one ends).
-func (c *Controller) wakeWaiting() {
+// pendingItems are this replica's migrations that wait for a permit, to be
+// queued at once rather than at their next poll (KubeVirt re-enqueues its
+// pending migrations the same way when one ends).
+func (c *Controller) pendingItems() []item {
+	var items []item
 	for _, m := range kinds.Migrations.All(c.env.Caches).List() {
 		if m.Status.Phase != virtv1.MigrationPending {
 			continue
 		}
 		if rng, ok := kinds.VMIs.Locate(c.env.Caches, m.Namespace+"/"+m.Spec.VMIName); ok {
-			c.rt.Add(rng, m.Namespace+"/"+m.Name)
+			items = append(items, item{Range: rng, Key: m.Namespace + "/" + m.Name})
 		}
 	}
+	return items
 }
 
 // migrationsOf are the keys of the VMI's migrations.

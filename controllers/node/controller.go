@@ -104,14 +104,7 @@ func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) (*Contro
 	if env.ClusterConfig == nil {
 		return nil, errors.New("no cluster configuration")
 	}
-	c := &Controller{env: env, opts: opts, rt: rt}
-	// Another drain taint key may mark other nodes: look at all of them.
-	env.ClusterConfig.OnChange(func(*clusterconfig.Config) {
-		for _, key := range kinds.Nodes.All(env.Caches).Keys() {
-			rt.Add(sharded.Cluster, key)
-		}
-	})
-	return c, nil
+	return &Controller{env: env, opts: opts, rt: rt}, nil
 }
 
 // declare is what the runtime runs. Nodes are not sharded: every replica
@@ -137,6 +130,14 @@ func (c *Controller) declare() *sharded.Controller {
 				}}),
 			sharded.Reading(kinds.LauncherPods.Watch(nil)),
 			sharded.Reading(kinds.Migrations.Watch(nil)),
+			// Another drain taint key may mark other nodes: look at all.
+			sharded.OnConfig(func(*clusterconfig.Config) []sharded.Item {
+				var items []sharded.Item
+				for _, key := range kinds.Nodes.All(c.env.Caches).Keys() {
+					items = append(items, sharded.Item{Range: sharded.Cluster, Key: key})
+				}
+				return items
+			}),
 		},
 		Sync: c.sync,
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -64,6 +65,8 @@ type Watch struct {
 	handler  func(rt *Runtime) cache.ResourceEventHandler
 	// replay queues a cluster-wide kind's items routed into range rng.
 	replay func(rt *Runtime, c *caches.Ranges, rng int)
+	// config routes a new configuration of the KubeVirt CR to items.
+	config func(*clusterconfig.Config) []Item
 }
 
 // On watches a sharded kind in every held range; indexers are the ones the
@@ -113,6 +116,11 @@ func Across[T interface {
 	return w
 }
 
+// OnConfig queues the items route names each time the KubeVirt CR's
+// configuration changes (sharded.ClusterConfig.OnChange): a cluster-wide
+// object of one, every replica following it.
+func OnConfig(route func(*clusterconfig.Config) []Item) Watch { return Watch{config: route} }
+
 // Reading declares a kind the controller reads from the caches, whose
 // events queue nothing of its own (another kind's do).
 func Reading(w caches.Watch) Watch { return Watch{declared: &w} }
@@ -135,7 +143,7 @@ func (r *Runtime) Start(env *Env, decl Declaration) error {
 	if err != nil {
 		return fmt.Errorf("%s controller: %w", decl.Name, err)
 	}
-	r.ctrl, r.caches = ctrl, env.Caches
+	r.ctrl, r.caches, r.config = ctrl, env.Caches, env.ClusterConfig
 	var declared []caches.Watch
 	for _, w := range ctrl.Watches {
 		if w.declared != nil {
@@ -146,11 +154,20 @@ func (r *Runtime) Start(env *Env, decl Declaration) error {
 }
 
 // Follow adds the handlers of the cluster-wide kinds the controller
-// watches, once their informers synced and before any range is acquired,
-// and waits for informers outside the caches to sync.
+// watches (the KubeVirt CR's configuration among them), once their
+// informers synced and before any range is acquired, and waits for
+// informers outside the caches to sync.
 func (r *Runtime) Follow(ctx context.Context) error {
 	var synced []cache.InformerSynced
 	for _, w := range r.ctrl.Watches {
+		if w.config != nil {
+			route := w.config
+			r.config.OnChange(func(cfg *clusterconfig.Config) {
+				for _, it := range route(cfg) {
+					r.add(it)
+				}
+			})
+		}
 		if w.informer == nil {
 			continue
 		}

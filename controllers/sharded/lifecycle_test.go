@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
@@ -79,5 +80,26 @@ func waitFor(t *testing.T, what string, done func() bool) {
 		return done(), nil
 	}); err != nil {
 		t.Fatalf("%s within 10 s", what)
+	}
+}
+
+// A declared OnConfig queues its items when the KubeVirt CR's
+// configuration changes, from the moment the controller follows it.
+func TestAConfigChangeQueuesTheItemsOnConfigNames(t *testing.T) {
+	config := shardedtest.NewChangingConfig(clusterconfig.DefaultConfig("amd64"))
+	f, _ := shardedtest.StartController(t, "config", func(*sharded.Env, *sharded.Runtime) (any, *sharded.Controller, error) {
+		return nil, &sharded.Controller{
+			Watches: []sharded.Watch{sharded.OnConfig(func(*clusterconfig.Config) []sharded.Item {
+				return []sharded.Item{{Range: sharded.Cluster, Key: "node-1"}}
+			})},
+			Sync: func(context.Context, sharded.Item) (time.Duration, error) { return 0, nil },
+		}, nil
+	}, shardedtest.Cluster{Config: config})
+	if n := f.Runtime.Len(); n != 0 {
+		t.Fatalf("%d items queued before any change", n)
+	}
+	config.Set(clusterconfig.DefaultConfig("amd64"))
+	if n := f.Runtime.Len(); n != 1 {
+		t.Errorf("%d items queued after a change, want the one OnConfig names", n)
 	}
 }

@@ -56,6 +56,7 @@ type Runtime struct {
 	// ctrl is the controller the runtime runs (Start), reading caches.
 	ctrl   *Controller
 	caches *caches.Ranges
+	config ClusterConfig
 	// handlers remove the event handlers added to each held range.
 	handlersMu sync.Mutex
 	handlers   map[int][]func()

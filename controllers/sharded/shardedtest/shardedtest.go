@@ -12,6 +12,7 @@ package shardedtest
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +67,43 @@ func (s StaticConfig) Current() *clusterconfig.Config { return s.Config }
 
 // OnChange implements sharded.ClusterConfig: it never changes.
 func (StaticConfig) OnChange(func(*clusterconfig.Config)) {}
+
+// ChangingConfig is a KubeVirt CR configuration a test changes (Set).
+type ChangingConfig struct {
+	mu      sync.Mutex
+	current *clusterconfig.Config
+	fns     []func(*clusterconfig.Config)
+}
+
+// NewChangingConfig starts at cfg.
+func NewChangingConfig(cfg *clusterconfig.Config) *ChangingConfig {
+	return &ChangingConfig{current: cfg}
+}
+
+// Current implements sharded.ClusterConfig.
+func (c *ChangingConfig) Current() *clusterconfig.Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+// OnChange implements sharded.ClusterConfig.
+func (c *ChangingConfig) OnChange(fn func(*clusterconfig.Config)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fns = append(c.fns, fn)
+}
+
+// Set makes cfg current and tells those who asked, as the watcher does.
+func (c *ChangingConfig) Set(cfg *clusterconfig.Config) {
+	c.mu.Lock()
+	c.current = cfg
+	fns := c.fns
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn(cfg)
+	}
+}
 
 // Cluster is what a fixture's fakes hold and serve.
 type Cluster struct {
