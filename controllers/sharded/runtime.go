@@ -92,7 +92,7 @@ func (r *Runtime) Len() int { return r.queue.Len() }
 // while its range is held and not being released, or is Cluster's. It
 // returns once the workers have stopped.
 func (r *Runtime) Run(ctx context.Context, workers int, reconcile SyncFunc[Item]) error {
-	return Work(ctx, r.cfg.Name, workers, r.queue, r.cfg.Metrics, func(ctx context.Context, it Item) (time.Duration, error) {
+	return work(ctx, r.cfg.Name, workers, r.queue, r.cfg.Metrics, func(ctx context.Context, it Item) (time.Duration, error) {
 		if it.Range == Cluster {
 			return reconcile(ctx, it)
 		}
@@ -104,10 +104,10 @@ func (r *Runtime) Run(ctx context.Context, workers int, reconcile SyncFunc[Item]
 	})
 }
 
-// Work runs workers workers that take items from q and reconcile them
-// until ctx is done, then shuts q down and waits for them. It is the loop
-// of every controller, sharded (Runtime.Run) or cluster-wide.
-func Work[T comparable](ctx context.Context, name string, workers int, q workqueue.TypedRateLimitingInterface[T], m *Metrics, reconcile SyncFunc[T]) error {
+// work runs workers workers that take items from q and reconcile them
+// until ctx is done, then shuts q down and waits for them: the loop of
+// every controller (Runtime.Run).
+func work[T comparable](ctx context.Context, name string, workers int, q workqueue.TypedRateLimitingInterface[T], m *Metrics, reconcile SyncFunc[T]) error {
 	go func() {
 		<-ctx.Done()
 		q.ShutDown()
