@@ -42,7 +42,7 @@ func TestNoControllerCreatesWithGenerateName(t *testing.T) {
 		checked++
 		ast.Inspect(file, func(n ast.Node) bool {
 			switch n := n.(type) {
-			case *ast.KeyValueExpr: // ObjectMeta{GenerateName: ...}
+			case *ast.KeyValueExpr: // a GenerateName key in an ObjectMeta literal
 				if id, ok := n.Key.(*ast.Ident); ok && id.Name == "GenerateName" && !emptyString(n.Value) {
 					t.Errorf("%s: a GenerateName is set; derive the name (sharded.ChildName)", fset.Position(n.Pos()))
 				}
