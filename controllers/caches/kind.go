@@ -56,12 +56,6 @@ func (k Kind[T]) Watch(indexers cache.Indexers) Watch {
 	return Watch{kind: k.info(), indexers: indexers}
 }
 
-// Resource is the resource the watch declares.
-func (w Watch) Resource() string { return w.kind.resource }
-
-// Placement is the placement of the watched kind.
-func (w Watch) Placement() shard.Placement { return w.kind.placement }
-
 // kindInfo is a Kind without its type parameter, as the caches keep it.
 type kindInfo struct {
 	resource  string

@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/vmistatus"
@@ -59,12 +60,37 @@ func dataVolumeFrom(u *unstructured.Unstructured) dataVolume {
 	return d
 }
 
+// dataVolumes finds DataVolumes by namespace and name.
+type dataVolumes interface {
+	DataVolume(namespace, name string) (dataVolume, bool)
+}
+
+// dataVolumeStore is the DataVolume cache, read as dataVolumes.
+type dataVolumeStore struct{ store cache.Store }
+
+func (d dataVolumeStore) DataVolume(namespace, name string) (dataVolume, bool) {
+	obj, exists, _ := d.store.GetByKey(namespace + "/" + name)
+	if !exists {
+		return dataVolume{}, false
+	}
+	return dataVolumeFrom(obj.(*unstructured.Unstructured)), true
+}
+
+// dataVolumes is the DataVolume cache; nil when the cluster does not serve
+// CDI.
+func (c *Controller) dataVolumes() dataVolumes {
+	if c.env.Objects.DataVolumes == nil {
+		return nil
+	}
+	return dataVolumeStore{c.env.Objects.DataVolumes.GetStore()}
+}
+
 // dataVolumesOf lists the DataVolumes of vmi's volumes that exist, in
 // volume order: those DataVolume volumes name, and those controlling the
 // claims of PVC volumes (ListDataVolumesFromVolumes). It lists none on a
-// cluster without CDI.
-func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVolume {
-	if c.env.Objects.DataVolumes == nil {
+// cluster without CDI (dvs nil).
+func dataVolumesOf(vmi *virtv1.VirtualMachineInstance, claims claims, dvs dataVolumes) []dataVolume {
+	if dvs == nil {
 		return nil
 	}
 	var out []dataVolume
@@ -74,7 +100,7 @@ func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVol
 		case vol.DataVolume != nil:
 			name = vol.DataVolume.Name
 		case vol.PersistentVolumeClaim != nil:
-			if pvc, ok := c.env.Objects.PVC(vmi.Namespace, vol.PersistentVolumeClaim.ClaimName); ok {
+			if pvc, ok := claims.PVC(vmi.Namespace, vol.PersistentVolumeClaim.ClaimName); ok {
 				if owner := metav1.GetControllerOf(pvc); owner != nil && owner.Kind == "DataVolume" {
 					name = owner.Name
 				}
@@ -83,8 +109,8 @@ func (c *Controller) dataVolumesOf(vmi *virtv1.VirtualMachineInstance) []dataVol
 		if name == "" {
 			continue
 		}
-		if obj, exists, _ := c.env.Objects.DataVolumes.GetStore().GetByKey(vmi.Namespace + "/" + name); exists {
-			out = append(out, dataVolumeFrom(obj.(*unstructured.Unstructured)))
+		if d, ok := dvs.DataVolume(vmi.Namespace, name); ok {
+			out = append(out, d)
 		}
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
@@ -186,5 +187,33 @@ func TestProvisioningStatus(t *testing.T) {
 	if !waitForDataVolumes(both, nil, nil, t1)(failed) || failed.Status.Phase != virtv1.Failed ||
 		vmistatus.Condition(failed, virtv1.VirtualMachineInstanceProvisioning) != nil {
 		t.Errorf("phase %s, conditions %+v with a failed DataVolume; want Failed, no Provisioning", failed.Status.Phase, failed.Status.Conditions)
+	}
+}
+
+// TestDataVolumesOf: the DataVolumes a VMI's volumes name, or that control
+// the claims its PVC volumes name, in volume order; those missing are left
+// out, and none are listed without CDI.
+func TestDataVolumesOf(t *testing.T) {
+	owned := claim("imported", func(pvc *corev1.PersistentVolumeClaim) {
+		pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume", Name: "dv-b", UID: "dv-b-uid", Controller: ptr.To(true)}}
+	})
+	plain := claim("plain")
+	claims := claimsOf(owned, plain)
+	dvs := fakeDataVolumes{
+		"ns/dv-a": {name: "dv-a", phase: dvSucceeded, ready: corev1.ConditionTrue},
+		"ns/dv-b": {name: "dv-b", phase: dvPendingPopulation, ready: corev1.ConditionFalse},
+	}
+	v := testVMI(virtv1.Pending,
+		pvcVolume("disk-b", "imported"), dvVolume("disk-a", "dv-a"), pvcVolume("disk-c", "plain"),
+		dvVolume("disk-d", "missing"), pvcVolume("disk-e", "no-such-claim"))
+	var names []string
+	for _, d := range dataVolumesOf(v, claims, dvs) {
+		names = append(names, d.name)
+	}
+	if diff := cmp.Diff([]string{"dv-b", "dv-a"}, names); diff != "" {
+		t.Errorf("DataVolumes (-want +got):\n%s", diff)
+	}
+	if got := dataVolumesOf(v, claims, nil); got != nil {
+		t.Errorf("without CDI: %v, want none", got)
 	}
 }

@@ -1,105 +1,304 @@
 package vmi
 
 import (
-	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
-// The status a VMI takes from its launcher pod and its claims on the way to
-// Scheduled, as KubeVirt v1.8.1's VMI controller computes it in
-// updateStatus (pkg/virt-controller/watch/vmi/lifecycle.go, storage.go).
-// KubeVirt recomputes all of it on every sync and writes it in up to three
-// updates (Scheduling, the sync after the pod event, Scheduled); here the
-// intents of mutations.go apply it, so it rides in the one patch of each.
+// The status a VMI takes on its way to Scheduled, as KubeVirt v1.8.1's VMI
+// controller computes it in updateStatus
+// (pkg/virt-controller/watch/vmi/lifecycle.go, storage.go). KubeVirt
+// recomputes all of it on every sync and writes it in up to three updates
+// (Scheduling, the sync after the pod event, Scheduled); here each step is
+// one intent, a pure function of the VMI and what the sync observed (its
+// pods, claims, DataVolumes and the config), so it rides in the one patch
+// of its step.
+//
+// Each intent is written against whatever version of the VMI the batcher
+// patches (its informer copy, or a fresh read after a conflict) and returns
+// false when it no longer applies, so a late intent can never move a VMI
+// backwards, nor add a finalizer to a VMI being deleted (the API server
+// refuses that). The file follows a VMI's path: Pending without a pod,
+// Scheduling, Scheduled, Failed, gone; then the pieces the steps share.
 
-// Condition reasons and messages of KubeVirt's syncReadyConditionFromPod
-// and of the PersistentVolumeClaimInfo it fills.
+// Condition messages of KubeVirt's syncReadyConditionFromPod.
 const (
 	msgPodNotExists    = "virt-launcher pod has not yet been scheduled"
 	msgGuestNotRunning = "Guest VM is not reported as running"
 	msgPodReadyMissing = "virt-launcher pod is missing the Ready condition"
-	reasonPVCNotReady  = "PVCNotReady"
-	msgUtilityBlock    = "Utility volume PVC %s must be filesystem mode, not block mode"
-	// defaultFilesystemOverhead is storagetypes.DefaultFSOverhead: what
-	// KubeVirt reports without CDI, and CDI's own default.
-	defaultFilesystemOverhead = virtv1.Percent("0.055")
 )
 
-// claims are the PVC caches the status reads (caches.TemplateObjects).
-type claims interface {
-	PVC(namespace, name string) (*corev1.PersistentVolumeClaim, bool)
-	PVCs(namespace string) []*corev1.PersistentVolumeClaim
-}
-
-// launcher is what a status intent reads: the launcher pods as the sync saw
-// them, and the claims, read when the intent is applied (so that a retry
-// after a conflict reads them again, as KubeVirt's next sync would).
-type launcher struct {
+// observed is what an intent reads besides the VMI: the launcher pods as
+// the sync saw them, the claims and DataVolumes, read when the intent is
+// applied (so that a retry after a conflict reads them again, as KubeVirt's
+// next sync would), and the config.
+type observed struct {
 	// pod is the active launcher pod.
 	pod *corev1.Pod
 	// pods are the VMI's pods (activePods counts those it controls).
 	pods   []*corev1.Pod
 	claims claims
-	// image is the launcher image virt-controller renders (--launcher-image).
-	image string
+	// dataVolumes is nil when the cluster does not serve CDI.
+	dataVolumes dataVolumes
+	// launcherImage is the image virt-controller renders (--launcher-image).
+	launcherImage string
 	// memoryOverhead: the VmiMemoryOverheadReport feature gate is on.
 	memoryOverhead bool
-	// dataVolumes lists a VMI's DataVolumes, when the intent is applied;
-	// nil when the cluster does not serve CDI.
-	dataVolumes func(*virtv1.VirtualMachineInstance) []dataVolume
 }
 
-// launcher snapshots what the status intents for pod need.
-func (c *Controller) launcher(pod *corev1.Pod, pods []*corev1.Pod) launcher {
-	l := launcher{
+// observe snapshots what the intents for pod read.
+func (c *Controller) observe(pod *corev1.Pod, pods []*corev1.Pod) observed {
+	return observed{
 		pod:            pod,
 		pods:           pods,
 		claims:         c.env.Objects,
-		image:          c.env.Template.LauncherImage,
+		dataVolumes:    c.dataVolumes(),
+		launcherImage:  c.env.Template.LauncherImage,
 		memoryOverhead: c.env.ClusterConfig.Current().VmiMemoryOverheadReportEnabled(),
 	}
-	if c.env.Objects.DataVolumes != nil {
-		l.dataVolumes = c.dataVolumesOf
+}
+
+var phaseOrder = []virtv1.VirtualMachineInstancePhase{"", virtv1.Pending, virtv1.Scheduling, virtv1.Scheduled, virtv1.Running}
+
+// rank orders phases along the way to Running; final phases rank last.
+func rank(p virtv1.VirtualMachineInstancePhase) int {
+	if i := slices.Index(phaseOrder, p); i >= 0 {
+		return i
 	}
-	return l
+	return len(phaseOrder)
+}
+
+type mutation = status.Mutation[*virtv1.VirtualMachineInstance]
+
+// pendingWithoutPod is what KubeVirt's updateStatus sets on a VMI that is
+// not deleted, is not past Pending and has no pod: phase Pending, Ready
+// False (PodNotExists). It returns the status as it was before, to tell
+// whether anything changed; ok is false when the VMI is past that point.
+func pendingWithoutPod(v *virtv1.VirtualMachineInstance, at metav1.Time) (before *virtv1.VirtualMachineInstanceStatus, ok bool) {
+	if v.DeletionTimestamp != nil || rank(v.Status.Phase) > rank(virtv1.Pending) {
+		return nil, false
+	}
+	before = v.Status.DeepCopy()
+	if v.Status.Phase == "" {
+		v.Status.Phase = virtv1.Pending
+		vmistatus.RecordPhase(v, virtv1.Pending, v.CreationTimestamp)
+	}
+	notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)
+	return before, true
+}
+
+// notSynchronized: the VMI cannot proceed (bad spec, missing storage). As
+// KubeVirt's updateStatus for a Pending VMI without a pod, Ready is False
+// (PodNotExists), and a missing PVC also makes PodScheduled=False.
+func notSynchronized(reason, message string, at metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		before, ok := pendingWithoutPod(v, at)
+		if !ok {
+			return false
+		}
+		if reason == ReasonFailedPVCNotFound {
+			// KubeVirt replaces it on every sync, and sets no times.
+			scheduled := virtv1.VirtualMachineInstanceCondition{
+				Type:   virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled),
+				Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
+			}
+			if cur := vmistatus.Condition(v, scheduled.Type); cur != nil {
+				*cur = scheduled
+			} else {
+				v.Status.Conditions = append(v.Status.Conditions, scheduled)
+			}
+		}
+		vmistatus.SetCondition(v, virtv1.VirtualMachineInstanceCondition{
+			Type:               virtv1.VirtualMachineInstanceSynchronized,
+			Status:             corev1.ConditionFalse,
+			LastTransitionTime: at,
+			Reason:             reason,
+			Message:            message,
+		})
+		return !equality.Semantic.DeepEqual(before, &v.Status)
+	}
+}
+
+// waitForDataVolumes: the VMI has no launcher pod yet because of its
+// DataVolumes: one is not populated (it stays Pending), failed (it fails),
+// or waits for its first consumer (Provisioning=True; temp, the temporary
+// pod once it exists, lends the VMI its PodScheduled=False, and its failure
+// fails the VMI). As KubeVirt's updateStatus for a VMI without a launcher
+// pod: Ready is False (PodNotExists), activePods lists pods, temporary
+// ones included, and DataVolumesReady sums the DataVolumes up; a failure
+// sets no reason.
+func waitForDataVolumes(dvs []dataVolume, pods []*corev1.Pod, temp *corev1.Pod, at metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		before, ok := pendingWithoutPod(v, at)
+		if !ok {
+			return false
+		}
+		setActivePods(v, pods)
+		setDataVolumesReady(v, dvs)
+		state := stateOf(dvs)
+		failed := state.failed
+		if !failed && state.firstConsumer {
+			if vmistatus.Condition(v, virtv1.VirtualMachineInstanceProvisioning) == nil {
+				v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{
+					Type: virtv1.VirtualMachineInstanceProvisioning, Status: corev1.ConditionTrue,
+				})
+			}
+			if temp != nil {
+				syncPodScheduled(v, temp)
+				failed = temp.Status.Phase == corev1.PodFailed || temp.DeletionTimestamp != nil || computeFailed(temp)
+			}
+		}
+		if failed {
+			vmistatus.RecordPhase(v, virtv1.Failed, at)
+			v.Status.Phase = virtv1.Failed
+		}
+		return !equality.Semantic.DeepEqual(before, &v.Status)
+	}
+}
+
+// toScheduling: the launcher pod exists (created at at). The status is
+// KubeVirt's by the sync after the pod event (updateStatus, Pending with a
+// pod, then Scheduling): Ready=False until the guest runs, activePods, the
+// launcher image, the pod's QoS class and PodScheduled=False, no
+// Synchronized or Provisioning.
+func toScheduling(o observed, at metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduling) {
+			return false
+		}
+		ensureFinalizer(v)
+		vmistatus.RecordPhase(v, virtv1.Pending, v.CreationTimestamp)
+		vmistatus.RecordPhase(v, virtv1.Scheduling, at)
+		v.Status.Phase = virtv1.Scheduling
+		o.fromPod(v)
+		notReady(v, virtv1.GuestNotRunningReason, msgGuestNotRunning, at)
+		o.whileScheduling(v)
+		vmistatus.RemoveCondition(v, virtv1.VirtualMachineInstanceSynchronized)
+		return true
+	}
+}
+
+// copyPodScheduled: the scheduler cannot place the launcher pod. As
+// KubeVirt's AddPodCondition, the first such condition stays until the pod
+// is scheduled: a changed message is not written again.
+func copyPodScheduled(cond corev1.PodCondition) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		t := virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) || vmistatus.Condition(v, t) != nil {
+			return false
+		}
+		v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{
+			Type:               t,
+			Status:             cond.Status,
+			LastProbeTime:      cond.LastProbeTime,
+			LastTransitionTime: cond.LastTransitionTime,
+			Reason:             cond.Reason,
+			Message:            cond.Message,
+		})
+		return true
+	}
+}
+
+// toScheduled: the launcher pod runs and is ready on its node — the handoff
+// to the node agent. The status is KubeVirt's at Scheduled (updateStatus,
+// Scheduling with a ready pod): the node, the volumes' claims, the pod
+// interfaces, the migration transport, no PodScheduled, with one
+// difference: Ready is the pod's, as KubeVirt writes it in an update of its
+// own once virt-handler reports the guest Running (until then it says
+// GuestNotRunning). virtshard does not write the VMI after the handoff, so
+// the Running VMI ends up as KubeVirt's.
+func toScheduled(o observed, at metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) >= rank(virtv1.Scheduled) {
+			return false
+		}
+		pod := o.pod
+		ensureFinalizer(v)
+		vmistatus.RecordPhase(v, virtv1.Pending, v.CreationTimestamp)
+		vmistatus.RecordPhase(v, virtv1.Scheduling, pod.CreationTimestamp)
+		vmistatus.RecordPhase(v, virtv1.Scheduled, at)
+		v.Status.Phase = virtv1.Scheduled
+		o.fromPod(v)
+		readyFromPod(v, pod, at)
+		o.whileScheduling(v)
+		o.updateVolumeStatus(v)
+		setInterfaces(v, pod)
+		v.Status.NodeName = pod.Spec.NodeName
+		if v.Labels == nil {
+			v.Labels = map[string]string{}
+		}
+		v.Labels[virtv1.NodeNameLabel] = pod.Spec.NodeName
+		// Set before the VMI can migrate: without it a migration target
+		// sets up a TCP proxy for a legacy launcher.
+		if _, unix := pod.Annotations[virtv1.MigrationTransportUnixAnnotation]; unix {
+			v.Status.MigrationTransport = virtv1.MigrationTransportUnix
+		}
+		vmistatus.RemoveCondition(v, virtv1.VirtualMachineInstanceSynchronized)
+		return true
+	}
+}
+
+// toFailed: the launcher pod is gone or failed after Pending.
+func toFailed(reason, message string, at metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		if !vmistatus.Fail(v, at) {
+			return false
+		}
+		vmistatus.SetCondition(v, virtv1.VirtualMachineInstanceCondition{
+			Type:               virtv1.VirtualMachineInstanceSynchronized,
+			Status:             corev1.ConditionFalse,
+			LastTransitionTime: at,
+			Reason:             reason,
+			Message:            message,
+		})
+		return true
+	}
+}
+
+// finalize removes virtshard's finalizer: the VMI's pods are gone.
+func finalize(v *virtv1.VirtualMachineInstance) bool {
+	i := slices.Index(v.Finalizers, virtv1.VirtualMachineInstanceFinalizer)
+	if i < 0 {
+		return false
+	}
+	v.Finalizers = slices.Delete(v.Finalizers, i, i+1)
+	return true
 }
 
 // fromPod is what KubeVirt's updateStatus sets on every sync of a VMI whose
 // launcher pod exists, before it looks at the phase: activePods, the
 // launcher image, DataVolumesReady, the backend-storage volume, the memory
 // overhead.
-func (l launcher) fromPod(v *virtv1.VirtualMachineInstance) {
-	setActivePods(v, l.pods)
-	setLauncherImage(v, l.pod, l.image)
-	if l.dataVolumes != nil {
-		setDataVolumesReady(v, l.dataVolumes(v))
-	}
-	if pvc := backendStorageClaim(v, l.claims); pvc != nil {
+func (o observed) fromPod(v *virtv1.VirtualMachineInstance) {
+	setActivePods(v, o.pods)
+	setLauncherImage(v, o.pod, o.launcherImage)
+	setDataVolumesReady(v, dataVolumesOf(v, o.claims, o.dataVolumes))
+	if pvc := backendStorageClaim(v, o.claims); pvc != nil {
 		setBackendStorageVolume(v, pvc)
 	}
-	if l.memoryOverhead {
-		setMemoryOverhead(v, l.pod)
+	if o.memoryOverhead {
+		setMemoryOverhead(v, o.pod)
 	}
 }
 
 // whileScheduling is updateStatus's Scheduling case before the pod is
 // ready: no Provisioning, the pod's QoS class, its PodScheduled=False
 // copied or the VMI's removed.
-func (l launcher) whileScheduling(v *virtv1.VirtualMachineInstance) {
+func (o observed) whileScheduling(v *virtv1.VirtualMachineInstance) {
 	vmistatus.RemoveCondition(v, virtv1.VirtualMachineInstanceProvisioning)
-	setQOSClass(v, l.pod)
-	syncPodScheduled(v, l.pod)
+	setQOSClass(v, o.pod)
+	syncPodScheduled(v, o.pod)
 }
 
 // setActivePods is KubeVirt's setActivePods: every pod the VMI controls, by
@@ -192,7 +391,7 @@ func syncPodScheduled(v *virtv1.VirtualMachineInstance, pod *corev1.Pod) {
 // readyFromPod is syncReadyConditionFromPod for a running guest: the pod's
 // Ready condition, probe time included, or False when the pod has none.
 // KubeVirt writes it once virt-handler reports the VMI Running; virtshard
-// writes it with the handoff (see mutations.go, toScheduled).
+// writes it with the handoff (toScheduled).
 func readyFromPod(v *virtv1.VirtualMachineInstance, pod *corev1.Pod, now metav1.Time) {
 	if ready := vmistatus.PodCondition(pod, corev1.PodReady); ready != nil {
 		vmistatus.UpdateCondition(v, virtv1.VirtualMachineInstanceCondition{
@@ -221,179 +420,19 @@ func notReady(v *virtv1.VirtualMachineInstance, reason, message string, now meta
 	})
 }
 
-// backendStorageClaim is backendstorage.PVCForVMI: the PVC labelled
-// persistent-state-for=<vmi>, else the legacy persistent-state-for-<vmi>.
-func backendStorageClaim(v *virtv1.VirtualMachineInstance, claims claims) *corev1.PersistentVolumeClaim {
-	const prefix = "persistent-state-for"
-	var legacy *corev1.PersistentVolumeClaim
-	for _, pvc := range claims.PVCs(v.Namespace) {
-		if pvc.DeletionTimestamp != nil {
-			continue
-		}
-		if name, ok := pvc.Labels[prefix]; ok && name == v.Name {
-			return pvc
-		}
-		if pvc.Name == prefix+"-"+v.Name {
-			legacy = pvc
-		}
-	}
-	return legacy
-}
-
-// setBackendStorageVolume is BackendStorage.UpdateVolumeStatus: the
-// backend-storage claim's name and access modes under its own name.
-func setBackendStorageVolume(v *virtv1.VirtualMachineInstance, pvc *corev1.PersistentVolumeClaim) {
-	for i := range v.Status.VolumeStatus {
-		s := &v.Status.VolumeStatus[i]
-		if s.Name == pvc.Name {
-			if s.PersistentVolumeClaimInfo == nil {
-				s.PersistentVolumeClaimInfo = &virtv1.PersistentVolumeClaimInfo{}
-			}
-			s.PersistentVolumeClaimInfo.ClaimName = pvc.Name
-			s.PersistentVolumeClaimInfo.AccessModes = pvc.Spec.AccessModes
-			return
-		}
-	}
-	v.Status.VolumeStatus = append(v.Status.VolumeStatus, virtv1.VolumeStatus{
-		Name:                      pvc.Name,
-		PersistentVolumeClaimInfo: &virtv1.PersistentVolumeClaimInfo{ClaimName: pvc.Name, AccessModes: pvc.Spec.AccessModes},
-	})
-}
-
-// updateVolumeStatus is KubeVirt's updateVolumeStatus as it runs when the
-// pod is ready: a status per volume (and utility volume), sorted by name,
-// kept from the VMI's where it has one; claim volumes get the claim's
-// PersistentVolumeClaimInfo, so that virt-handler need not GET the claim.
-// Volumes the pod lacks are hotplugged; virtshard creates no attachment
-// pods, so theirs is the phase of their claim. Statuses of volumes no longer
-// in the spec go with their (absent) attachment pods; the backend-storage
-// volume stays.
-func (l launcher) updateVolumeStatus(v *virtv1.VirtualMachineInstance) {
-	old := map[string]virtv1.VolumeStatus{}
-	for _, s := range v.Status.VolumeStatus {
-		old[s.Name] = s
-	}
-	inPod := map[string]bool{}
-	for _, pv := range l.pod.Spec.Volumes {
-		inPod[pv.Name] = true
-	}
-	var statuses []virtv1.VolumeStatus
-	if pvc := backendStorageClaim(v, l.claims); pvc != nil {
-		if s, ok := old[pvc.Name]; ok {
-			statuses = append(statuses, s)
-		}
-	}
-	for _, vol := range v.Spec.Volumes {
-		s, ok := old[vol.Name]
-		if !ok {
-			s = virtv1.VolumeStatus{Name: vol.Name}
-		}
-		delete(old, vol.Name)
-		if vol.MemoryDump != nil && s.MemoryDumpVolume == nil {
-			s.MemoryDumpVolume = &virtv1.DomainMemoryDumpInfo{ClaimName: vol.Name} // sic: the volume's name
-		}
-		claim := claimName(vol)
-		hotpluggable := vol.PersistentVolumeClaim != nil || vol.DataVolume != nil || vol.MemoryDump != nil
-		if hotpluggable && !inPod[vol.Name] {
-			l.hotplugStatus(v.Namespace, claim, &s)
-		}
-		if hotpluggable {
-			l.claimInfo(v.Namespace, claim, false, &s)
-		}
-		statuses = append(statuses, s)
-	}
-	for _, uv := range v.Spec.UtilityVolumes {
-		s, ok := old[uv.Name]
-		if !ok {
-			s = virtv1.VolumeStatus{Name: uv.Name}
-		}
-		delete(old, uv.Name)
-		l.hotplugStatus(v.Namespace, uv.ClaimName, &s)
-		l.claimInfo(v.Namespace, uv.ClaimName, true, &s)
-		statuses = append(statuses, s)
-	}
-	slices.SortStableFunc(statuses, func(a, b virtv1.VolumeStatus) int { return strings.Compare(a.Name, b.Name) })
-	v.Status.VolumeStatus = statuses
-}
-
-// hotplugStatus is processHotplugVolumeStatus without an attachment pod:
-// unless the volume is ready, its phase, reason and message are its
-// claim's (getVolumePhaseMessageReason).
-func (l launcher) hotplugStatus(namespace, claim string, s *virtv1.VolumeStatus) {
-	if s.HotplugVolume == nil {
-		s.HotplugVolume = &virtv1.HotplugVolumeStatus{}
-	}
-	if s.Phase == virtv1.VolumeReady {
-		return
-	}
-	s.HotplugVolume.AttachPodUID = ""
-	pvc, ok := l.claims.PVC(namespace, claim)
-	switch {
-	case !ok:
-		s.Phase, s.Reason, s.Message = virtv1.VolumePending, ReasonFailedPVCNotFound, fmt.Sprintf("PVC %s not found", claim)
-	case pvc.Status.Phase == corev1.ClaimPending:
-		s.Phase, s.Reason, s.Message = virtv1.VolumePending, reasonPVCNotReady, "PVC is in phase ClaimPending"
-	case pvc.Status.Phase == corev1.ClaimBound:
-		s.Phase, s.Reason, s.Message = virtv1.VolumeBound, reasonPVCNotReady, "PVC is in phase Bound"
-	default:
-		s.Phase, s.Reason, s.Message = virtv1.VolumePending, reasonPVCNotReady, "PVC is in phase Lost"
-	}
-}
-
-// claimInfo is processPVCInfo: what the claim says, as far as it exists.
-// A Pending claim (no provisioner yet) has no capacity, and KubeVirt
-// reports it so.
-func (l launcher) claimInfo(namespace, claim string, utility bool, s *virtv1.VolumeStatus) {
-	pvc, ok := l.claims.PVC(namespace, claim)
-	if !ok {
-		return
-	}
-	block := pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock
-	if utility && block {
-		s.Phase, s.Reason, s.Message = virtv1.VolumePending, reasonPVCNotReady, fmt.Sprintf(msgUtilityBlock, claim)
-		return
-	}
-	overhead := l.filesystemOverhead(block)
-	s.PersistentVolumeClaimInfo = &virtv1.PersistentVolumeClaimInfo{
-		ClaimName:          pvc.Name,
-		AccessModes:        pvc.Spec.AccessModes,
-		VolumeMode:         pvc.Spec.VolumeMode,
-		Capacity:           pvc.Status.Capacity,
-		Requests:           pvc.Spec.Resources.Requests,
-		Preallocated:       preallocated(pvc.Annotations),
-		FilesystemOverhead: &overhead,
-	}
-}
-
-// filesystemOverhead is getFilesystemOverhead: 5.5% without CDI; with CDI,
-// 0 for block claims and otherwise CDIConfig's, which virtshard does not
-// read: CDI's default, 5.5%, is taken (docs/controller.md).
-func (l launcher) filesystemOverhead(block bool) virtv1.Percent {
-	if l.dataVolumes != nil && block { // CDI is served
-		return "0"
-	}
-	return defaultFilesystemOverhead
-}
-
-// preallocated is storagetypes.IsPreallocated.
-func preallocated(annotations map[string]string) bool {
-	for k, v := range annotations {
-		if v == "true" && (strings.Contains(k, "/storage.preallocation") || strings.Contains(k, "/storage.thick-provisioned")) {
+// computeFailed: the compute container terminated with a non-zero exit
+// code (KubeVirt's isComputeContainerFailed).
+func computeFailed(pod *corev1.Pod) bool {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == template.ComputeContainer && s.State.Terminated != nil && s.State.Terminated.ExitCode != 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// claimName is storagetypes.PVCNameFromVirtVolume.
-func claimName(vol virtv1.Volume) string {
-	switch {
-	case vol.DataVolume != nil:
-		return vol.DataVolume.Name
-	case vol.PersistentVolumeClaim != nil:
-		return vol.PersistentVolumeClaim.ClaimName
-	case vol.MemoryDump != nil:
-		return vol.MemoryDump.ClaimName
+func ensureFinalizer(v *virtv1.VirtualMachineInstance) {
+	if !slices.Contains(v.Finalizers, virtv1.VirtualMachineInstanceFinalizer) {
+		v.Finalizers = append(v.Finalizers, virtv1.VirtualMachineInstanceFinalizer)
 	}
-	return ""
 }

@@ -125,11 +125,19 @@ func launcherPod(ready bool, volumes ...string) *corev1.Pod {
 	return pod
 }
 
-func launcherOf(pod *corev1.Pod, claims fakeClaims, pods ...*corev1.Pod) launcher {
+func observedOf(pod *corev1.Pod, claims fakeClaims, pods ...*corev1.Pod) observed {
 	if claims == nil {
 		claims = fakeClaims{}
 	}
-	return launcher{pod: pod, pods: append([]*corev1.Pod{pod}, pods...), claims: claims, image: launcherImage, memoryOverhead: true}
+	return observed{pod: pod, pods: append([]*corev1.Pod{pod}, pods...), claims: claims, launcherImage: launcherImage, memoryOverhead: true}
+}
+
+// fakeDataVolumes are DataVolumes by namespace/name.
+type fakeDataVolumes map[string]dataVolume
+
+func (f fakeDataVolumes) DataVolume(namespace, name string) (dataVolume, bool) {
+	d, ok := f[namespace+"/"+name]
+	return d, ok
 }
 
 var equateQuantities = cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
@@ -369,13 +377,13 @@ func TestToScheduled(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := launcherOf(tt.pod, tt.claims, tt.others...)
-			l.memoryOverhead = !tt.gateOff
+			o := observedOf(tt.pod, tt.claims, tt.others...)
+			o.memoryOverhead = !tt.gateOff
 			if tt.cdi {
-				l.dataVolumes = func(*virtv1.VirtualMachineInstance) []dataVolume { return nil }
+				o.dataVolumes = fakeDataVolumes{}
 			}
 			v := tt.vmi.DeepCopy()
-			toScheduled(l, t2)(v)
+			toScheduled(o, t2)(v)
 			tt.check(t, v)
 		})
 	}
@@ -449,7 +457,7 @@ func TestToScheduling(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := tt.vmi.DeepCopy()
-			if !toScheduling(launcherOf(tt.pod, nil), t1)(v) {
+			if !toScheduling(observedOf(tt.pod, nil), t1)(v) {
 				t.Fatal("toScheduling did not apply")
 			}
 			tt.check(t, v)
@@ -547,11 +555,11 @@ func TestSchedulingAndScheduledInOnePatch(t *testing.T) {
 	created := launcherPod(false, "data")
 	ready := launcherPod(true, "data")
 	v := testVMI("", pvcVolume("data", "data-pvc"))
-	toScheduling(launcherOf(created, claims), t1)(v)
-	toScheduled(launcherOf(ready, claims), t2)(v)
+	toScheduling(observedOf(created, claims), t1)(v)
+	toScheduled(observedOf(ready, claims), t2)(v)
 
 	alone := testVMI("", pvcVolume("data", "data-pvc"))
-	toScheduled(launcherOf(ready, claims), t2)(alone)
+	toScheduled(observedOf(ready, claims), t2)(alone)
 	if diff := cmp.Diff(alone.Status, v.Status, equateQuantities); diff != "" {
 		t.Errorf("Scheduling then Scheduled differs from Scheduled alone (-alone +both):\n%s", diff)
 	}
@@ -562,5 +570,59 @@ func TestSchedulingAndScheduledInOnePatch(t *testing.T) {
 	}
 	if !cmp.Equal(got, want) {
 		t.Errorf("phases %v, want %v", got, want)
+	}
+}
+
+// TestToFailed: a VMI past Pending whose pod is gone or failed fails once,
+// with Synchronized=False saying why; a final VMI is left alone.
+func TestToFailed(t *testing.T) {
+	for _, tt := range []struct {
+		phase virtv1.VirtualMachineInstancePhase
+		want  bool
+	}{
+		{virtv1.Scheduling, true},
+		{virtv1.Scheduled, true},
+		{virtv1.Running, true},
+		{virtv1.Failed, false},
+		{virtv1.Succeeded, false},
+	} {
+		v := testVMI(tt.phase)
+		if got := toFailed(ReasonPodFailed, "launcher pod is Failed", t1)(v); got != tt.want {
+			t.Errorf("%s: applied %v, want %v", tt.phase, got, tt.want)
+		}
+		if !tt.want {
+			if len(v.Status.Conditions) != 0 || v.Status.Phase != tt.phase {
+				t.Errorf("%s: a final VMI was rewritten: %+v", tt.phase, v.Status)
+			}
+			continue
+		}
+		want := &virtv1.VirtualMachineInstanceCondition{
+			Type: virtv1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse,
+			LastTransitionTime: t1, Reason: ReasonPodFailed, Message: "launcher pod is Failed",
+		}
+		if diff := cmp.Diff(want, vmistatus.Condition(v, virtv1.VirtualMachineInstanceSynchronized)); v.Status.Phase != virtv1.Failed || diff != "" {
+			t.Errorf("%s: phase %s, Synchronized (-want +got):\n%s", tt.phase, v.Status.Phase, diff)
+		}
+		if toFailed(ReasonPodFailed, "again", t2)(v) {
+			t.Errorf("%s: a failed VMI failed twice", tt.phase)
+		}
+	}
+}
+
+// TestFinalizer: the intents add virtshard's finalizer once, and finalize
+// removes only it.
+func TestFinalizer(t *testing.T) {
+	v := testVMI("")
+	v.Finalizers = []string{"other"}
+	ensureFinalizer(v)
+	ensureFinalizer(v)
+	if diff := cmp.Diff([]string{"other", virtv1.VirtualMachineInstanceFinalizer}, v.Finalizers); diff != "" {
+		t.Errorf("finalizers (-want +got):\n%s", diff)
+	}
+	if !finalize(v) || finalize(v) {
+		t.Error("finalize did not remove the finalizer exactly once")
+	}
+	if diff := cmp.Diff([]string{"other"}, v.Finalizers); diff != "" {
+		t.Errorf("finalizers after finalize (-want +got):\n%s", diff)
 	}
 }

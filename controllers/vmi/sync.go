@@ -196,7 +196,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	}
 	// As KubeVirt, with no event: the VMI's DataVolumesReady says why it
 	// waits, and the DataVolume informer requeues it when one changes.
-	dvs := c.dataVolumesOf(vmi)
+	dvs := dataVolumesOf(vmi, c.env.Objects, c.dataVolumes())
 	state := stateOf(dvs)
 	temps := provisioningPods(vmi, pods)
 	if !state.firstConsumer && len(temps) > 0 {
@@ -229,7 +229,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	if err != nil || created == nil {
 		return err
 	}
-	c.batcher.EnqueueLazy(it.Range, it.Key, cached.UID, toScheduling(c.launcher(created, []*corev1.Pod{created}), metav1.Now()))
+	c.batcher.EnqueueLazy(it.Range, it.Key, cached.UID, toScheduling(c.observe(created, []*corev1.Pod{created}), metav1.Now()))
 	return nil
 }
 
@@ -301,13 +301,13 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		// Terminating: the VMI fails when the pod is gone.
 	case pod.Status.Phase == corev1.PodRunning && podReady(pod):
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduled) {
-			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, toScheduled(c.launcher(pod, pods), metav1.Now()))
+			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, toScheduled(c.observe(pod, pods), metav1.Now()))
 		}
 	default:
 		// Scheduling is already on its way if anything is pending for the
 		// VMI: a second lazy intent could only pull its write forward.
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduling) && !c.batcher.Pending(it.Key, vmi.UID) {
-			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, toScheduling(c.launcher(pod, pods), pod.CreationTimestamp))
+			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, toScheduling(c.observe(pod, pods), pod.CreationTimestamp))
 		}
 		if cond := unschedulable(pod); cond != nil {
 			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, copyPodScheduled(*cond))
@@ -457,14 +457,4 @@ func unschedulable(pod *corev1.Pod) *corev1.PodCondition {
 		}
 	}
 	return nil
-}
-
-var phaseOrder = []virtv1.VirtualMachineInstancePhase{"", virtv1.Pending, virtv1.Scheduling, virtv1.Scheduled, virtv1.Running}
-
-// rank orders phases along the way to Running; final phases rank last.
-func rank(p virtv1.VirtualMachineInstancePhase) int {
-	if i := slices.Index(phaseOrder, p); i >= 0 {
-		return i
-	}
-	return len(phaseOrder)
 }
