@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"encoding/json"
+	"slices"
 	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,4 +103,28 @@ func StampRange(child metav1.Object, rng int) {
 	}
 	labels[LabelRange] = strconv.Itoa(rng)
 	child.SetLabels(labels)
+}
+
+// Adopt is the rule of placement for an orphan a controller claims, as
+// KubeVirt's controllers claim the orphans that match them: the orphan
+// becomes the owner's child and moves to the owner's range (StampRange's
+// label) in the same write, so that from then on the owner's holder acts on
+// it and no other replica does. It is a merge patch that adds ref, the
+// owner's controller reference, to the orphan's owner references, and it
+// holds for the orphan's uid and resourceVersion only: if anyone adopted or
+// changed the orphan since it was read, the write conflicts instead of
+// taking it from them.
+func Adopt(orphan metav1.Object, ref metav1.OwnerReference, rng int) []byte {
+	// A merge patch replaces the whole list: keep the references there are.
+	refs := append(slices.Clone(orphan.GetOwnerReferences()), ref)
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":             orphan.GetUID(),
+		"resourceVersion": orphan.GetResourceVersion(),
+		"ownerReferences": refs,
+		"labels":          map[string]string{LabelRange: strconv.Itoa(rng)},
+	}})
+	if err != nil {
+		panic(err) // plain strings and references: it cannot fail
+	}
+	return patch
 }

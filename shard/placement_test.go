@@ -1,9 +1,12 @@
 package shard
 
 import (
+	"encoding/json"
 	"testing"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Every placement puts an object in one range, and the selections of its
@@ -66,5 +69,38 @@ func TestStampRangeSetsTheRangeLabelAndKeepsTheOthers(t *testing.T) {
 	StampRange(obj, 12)
 	if obj.Labels[LabelRange] != "12" || obj.Labels["app"] != "x" {
 		t.Errorf("labels %v, want the range label 12 beside app=x", obj.Labels)
+	}
+}
+
+// An adopted orphan keeps its labels and other owners, gains the
+// controller reference and its owner's range, and only at the version read.
+func TestAdoptMovesTheOrphanToItsOwnersRangeAtTheVersionRead(t *testing.T) {
+	other := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "cm", UID: "cm-uid"}
+	orphan := &metav1.ObjectMeta{Name: "x", UID: "x-uid", ResourceVersion: "41",
+		Labels: map[string]string{"app": "x", LabelRange: "3"}, OwnerReferences: []metav1.OwnerReference{other}}
+	owner := &metav1.ObjectMeta{Name: "x", UID: "owner-uid"}
+	ref := *metav1.NewControllerRef(owner, schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"})
+
+	current, err := json.Marshal(map[string]any{"metadata": orphan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := jsonpatch.MergePatch(current, Adopt(orphan, ref, 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Metadata metav1.ObjectMeta }
+	if err := json.Unmarshal(merged, &got); err != nil {
+		t.Fatal(err)
+	}
+	m := got.Metadata
+	if m.UID != orphan.UID || m.ResourceVersion != orphan.ResourceVersion {
+		t.Errorf("uid %q resourceVersion %q, want the orphan's as preconditions", m.UID, m.ResourceVersion)
+	}
+	if c := metav1.GetControllerOf(&m); c == nil || c.UID != owner.UID || len(m.OwnerReferences) != 2 || m.OwnerReferences[0] != other {
+		t.Errorf("owner references %+v, want %s kept and the owner as controller", m.OwnerReferences, other.Name)
+	}
+	if m.Labels[LabelRange] != "9" || m.Labels["app"] != "x" {
+		t.Errorf("labels %v, want the owner's range 9 beside app=x", m.Labels)
 	}
 }

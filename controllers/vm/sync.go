@@ -75,8 +75,15 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	var syncErr *syncError
 	var after time.Duration
 	if vmi != nil && !metav1.IsControlledBy(vmi, o.vm) {
-		syncErr = &syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}
-		vmi, after = nil, foreignRetry
+		// As KubeVirt: an orphan of the VM's name is claimed; a VMI that
+		// cannot be is not the VM's, which then acts as if it had none.
+		if vmi, err = c.claim(ctx, it, o.vm, vmi); err != nil {
+			return 0, err
+		}
+		if vmi == nil && o.vm.DeletionTimestamp == nil {
+			syncErr = &syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}
+			after = foreignRetry
+		}
 	}
 	o.vmi = vmi
 	o.strategy, err = runStrategy(o.vm)
@@ -256,6 +263,42 @@ func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 	return nil
 }
 
+// claim adopts vmi, a VMI of the VM's name that it does not control, if
+// it is an orphan, as KubeVirt's VM controller does: neither is being
+// deleted, nobody controls the VMI, and a fresh read shows the VM is not
+// being deleted either (the cached copy may be late to say so). The adopted
+// VMI becomes the VM's child on the VM's range (shard.Adopt), where the
+// VMI controller brings its launcher pods after it. claim returns the
+// adopted VMI, or nil when vmi cannot be claimed.
+func (c *Controller) claim(ctx context.Context, it item, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) (*virtv1.VirtualMachineInstance, error) {
+	if metav1.GetControllerOf(vmi) != nil || vmi.DeletionTimestamp != nil || vm.DeletionTimestamp != nil {
+		return nil, nil
+	}
+	fresh, err := c.env.KubeVirt.VirtualMachines(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("recheck VM %s before adopting its VMI: %w", it.Key, err)
+	}
+	if fresh.UID != vm.UID || fresh.DeletionTimestamp != nil {
+		return nil, nil // its next event says what to do
+	}
+	ref := metav1.NewControllerRef(vm, virtv1.VirtualMachineGroupVersionKind)
+	var adopted *virtv1.VirtualMachineInstance
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		adopted, err = c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType,
+			shard.Adopt(vmi, *ref, it.Range), metav1.PatchOptions{})
+		return err
+	})
+	switch {
+	case errors.Is(err, sharded.ErrNotHeld), apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		// A conflict: someone changed it since it was read; look again.
+		return nil, fmt.Errorf("adopt VMI %s: %w", it.Key, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Adopted orphan VMI", "vm", klog.KObj(vm), "vmi", adopted.UID)
+	return adopted, nil
+}
+
 // foreignRetry is how often a VM whose name a foreign VMI holds looks
 // again: that VMI may hash into another range, whose events never reach
 // this VM.
@@ -273,6 +316,12 @@ func (c *Controller) alreadyExists(ctx context.Context, it item, vm *virtv1.Virt
 	}
 	if metav1.IsControlledBy(existing, vm) {
 		return nil // ours: the informer will show it
+	}
+	// An orphan on another range, which this range's caches do not hold:
+	// claimed, it moves here, and its event brings the VM back.
+	adopted, err := c.claim(ctx, it, vm, existing)
+	if err != nil || adopted != nil {
+		return err
 	}
 	return errForeign{&syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}}
 }

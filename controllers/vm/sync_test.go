@@ -3,6 +3,7 @@ package vm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -197,10 +198,77 @@ func TestSyncOfAManualVMFollowsItsStateChangeRequests(t *testing.T) {
 	}
 }
 
+// orphanOf is a VMI of vm's name that nobody controls, on range rng (its
+// own key's): a user created it, or deleted its VM leaving it behind.
+func orphanOf(t *testing.T, vm *virtv1.VirtualMachine, rng int) *virtv1.VirtualMachineInstance {
+	t.Helper()
+	ranges := shardedtest.Ranges(t)
+	vmi := vmiOf(t, vm, 0)
+	vmi.OwnerReferences, vmi.Labels = nil, map[string]string{"app": "mine"}
+	for i := 0; ranges.Of(vmi) != rng; i++ {
+		vmi.UID = types.UID(fmt.Sprintf("orphan-uid-%d", i))
+	}
+	return vmi
+}
+
+func TestSyncAdoptsAnOrphanVMIOfItsName(t *testing.T) {
+	ranges := shardedtest.Ranges(t)
+	vm := newVM(virtv1.RunStrategyAlways)
+	for _, tc := range []struct {
+		name   string
+		rng    int
+		writes []string
+	}{
+		// Cached with the VM: claimed as the sync finds it.
+		{"on the VM's range", ranges.Of(vm), []string{"patch virtualmachineinstances", "update virtualmachines/status"}},
+		// Out of the VM's caches: found when the VM's create meets it.
+		{"on another range", (ranges.Of(vm) + 1) % ranges.Count(),
+			[]string{"create virtualmachineinstances", "patch virtualmachineinstances", "update virtualmachines/status"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orphan := orphanOf(t, vm, tc.rng)
+			f := newFixture(t, vm, orphan)
+			f.sync(t, vm)
+			if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Equal(got, tc.writes) {
+				t.Fatalf("writes %q, want %q", got, tc.writes)
+			}
+			adopted, err := f.KubeVirt.VirtualMachineInstances(vm.Namespace).Get(context.Background(), vm.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if adopted.UID != orphan.UID || !metav1.IsControlledBy(adopted, vm) {
+				t.Errorf("VMI %s controlled by %+v, want the orphan %s adopted by the VM", adopted.UID, metav1.GetControllerOf(adopted), orphan.UID)
+			}
+			if got, ok := ranges.Labelled(adopted); !ok || got != ranges.Of(vm) || adopted.Labels["app"] != "mine" {
+				t.Errorf("VMI labels %v, want the VM's range %d beside its own", adopted.Labels, ranges.Of(vm))
+			}
+			for _, e := range f.Events() {
+				if strings.Contains(e, "FailedCreate") {
+					t.Errorf("event %q for an orphan the VM adopts", e)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncOfADeletedVMLeavesAnOrphanAlone(t *testing.T) {
+	vm := newVM(virtv1.RunStrategyAlways)
+	vm.DeletionTimestamp = ptr.To(metav1.Now())
+	f := newFixture(t, vm, orphanOf(t, vm, shardedtest.Ranges(t).Of(vm)))
+	f.sync(t, vm)
+	got := kvfake.Writes(f.KubeVirt.Actions())
+	if slices.Contains(got, "patch virtualmachineinstances") || slices.Contains(got, "delete virtualmachineinstances") {
+		t.Fatalf("writes %q, want the orphan neither adopted nor deleted", got)
+	}
+	if !slices.Contains(got, "patch virtualmachines") {
+		t.Errorf("writes %q, want the VM's finalizer removed: it has no VMI", got)
+	}
+}
+
 func TestSyncRefusesAVMINotControlledByTheVM(t *testing.T) {
 	vm := newVM(virtv1.RunStrategyAlways)
 	foreign := vmiOf(t, vm, shardedtest.Ranges(t).Of(vm))
-	foreign.OwnerReferences = nil
+	foreign.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(&metav1.ObjectMeta{Name: "vm", UID: "another-vm"}, virtv1.VirtualMachineGroupVersionKind)}
 	f := newFixture(t, vm, foreign)
 	recorder := f.Recorder
 	after := f.syncAfter(t, vm)

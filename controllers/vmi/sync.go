@@ -101,9 +101,10 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 	return nil // final: nothing to do until deletion
 }
 
-// restoreRangeLabel looks for launcher pods of vmi that left the range's
-// cache because someone changed or removed their range label, and puts the
-// label back: a running VM must not fail for an edited label. It reports
+// restoreRangeLabel looks for launcher pods of vmi that are not in the
+// range's cache because someone changed or removed their range label, or
+// because the VMI moved here from another range (a VM adopted it), and
+// labels them with this range: a running VM must not fail for that. It reports
 // whether it found any. A pod that carries the range's label but is not in
 // its cache yet, or is there at an older resourceVersion, is an error,
 // retried with backoff: the cache lags the server (a replica that was
@@ -132,19 +133,47 @@ func (c *Controller) restoreRangeLabel(ctx context.Context, it item, vmi *virtv1
 			return true, fmt.Errorf("launcher pod %s/%s of %s is not in range %d's cache as it is yet", pod.Namespace, pod.Name, it.Key, it.Range)
 		}
 		found = true
-		// The pod as listed, or nothing: a conflict retries the VMI.
-		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"labels":{%q:%q}}}`, pod.UID, pod.ResourceVersion, shard.LabelRange, want)
-		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-			_, err := c.env.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-			return err
-		})
-		if err != nil {
-			return true, fmt.Errorf("restore the range label of %s/%s: %w", pod.Namespace, pod.Name, err)
+		if err := c.labelHere(ctx, it, vmi, pod); err != nil {
+			return true, err
 		}
-		c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonRangeLabelRestored,
-			"launcher pod %s had range label %q; restored it to %s", pod.Name, pod.Labels[shard.LabelRange], want)
 	}
 	return found, nil
+}
+
+// labelHere puts pod, a launcher pod of vmi that carries another range's
+// label or none, on the range's label: the pod as read, or nothing (a
+// conflict retries the VMI).
+func (c *Controller) labelHere(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
+	want := strconv.Itoa(it.Range)
+	patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"labels":{%q:%q}}}`, pod.UID, pod.ResourceVersion, shard.LabelRange, want)
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.env.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("restore the range label of %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonRangeLabelRestored,
+		"launcher pod %s had range label %q; restored it to %s", pod.Name, pod.Labels[shard.LabelRange], want)
+	return nil
+}
+
+// existingPod is what a create answered AlreadyExists found: ours (a
+// previous holder's, or our own not seen yet), which the cache will show,
+// or one left on another range when the VMI moved here (a VM adopted
+// it), which is labelled with this range.
+func (c *Controller) existingPod(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, name string) error {
+	pod, err := c.env.Kube.CoreV1().Pods(vmi.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("launcher pod %s/%s was there at create and is gone: look again", vmi.Namespace, name)
+	case err != nil:
+		return fmt.Errorf("get launcher pod %s/%s: %w", vmi.Namespace, name, err)
+	}
+	if pod.DeletionTimestamp != nil || !metav1.IsControlledBy(pod, vmi) || pod.Labels[shard.LabelRange] == strconv.Itoa(it.Range) {
+		return nil
+	}
+	return c.labelHere(ctx, it, vmi, pod)
 }
 
 // activePod is the launcher pod that runs the VMI: once the VMI has a
@@ -261,9 +290,10 @@ func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi
 		return nil, nil
 	case apierrors.IsAlreadyExists(err):
 		// The deterministic name makes a second pod impossible: ours
-		// exists already (a previous owner's, or our own not yet seen).
+		// exists already, a previous holder's not yet seen, or one left on
+		// another range (the VMI was adopted by a VM there): bring it here.
 		c.expectations.CreationObserved(it.Range, it.Key)
-		return nil, nil
+		return nil, c.existingPod(ctx, it, cached, pod.Name)
 	case err != nil:
 		c.expectations.CreationObserved(it.Range, it.Key)
 		c.env.Recorder.Eventf(cached, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating pod: %v", err)

@@ -106,6 +106,34 @@ func TestSyncCreatesTheLauncherPodOfAPendingVMI(t *testing.T) {
 	}
 }
 
+// A Pending VMI that moved here from another range (a VM adopted it) finds
+// its launcher pod when its create is answered AlreadyExists, and brings
+// the pod over instead of waiting for a pod it cannot see.
+func TestSyncOfAPendingVMIBringsItsPodFromAnotherRange(t *testing.T) {
+	vmi := newVMI("a")
+	pod := runningLauncherPod(t, vmi)
+	pod.Status.Phase = corev1.PodPending
+	elsewhere := (shardedtest.Ranges(t).Owner(vmi) + 1) % shardedtest.Ranges(t).Count()
+	shard.StampRange(pod, elsewhere)
+	f := newFixture(t, vmi, pod)
+	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	if got := kvfake.Writes(f.Kube.Actions()); !slices.Equal(got, []string{"create pods", "patch pods"}) {
+		t.Fatalf("writes %q, want the create answered AlreadyExists, then the pod relabelled", got)
+	}
+	moved, err := f.Kube.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := f.Ranges.Labelled(moved); !ok || got != f.item(vmi).Range {
+		t.Errorf("pod range label %q, want the VMI's range %d", moved.Labels[shard.LabelRange], f.item(vmi).Range)
+	}
+	if events := f.Events(); !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, ReasonRangeLabelRestored) }) {
+		t.Errorf("events %q, want %s", events, ReasonRangeLabelRestored)
+	}
+}
+
 func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 	vmi := newVMI("a")
 	f := newFixture(t, vmi)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -361,11 +362,69 @@ func TestRunStrategies(t *testing.T) {
 		}
 	})
 
-	t.Run("a VMI of the same name that the VM does not control is reported", func(t *testing.T) {
+	t.Run("an orphan VMI of its name is adopted and moves to the VM's range", func(t *testing.T) {
 		t.Parallel()
 		e := *e
 		e.t = t
-		if _, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), workload.VMI("squatter"), metav1.CreateOptions{}); err != nil {
+		orphan, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), workload.VMI("orphan"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Running on its own first, with a launcher pod on its own range.
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+			vmi := e.vmi("orphan")
+			return vmi != nil && vmi.Status.Phase == virtv1.Running, nil
+		}); err != nil {
+			t.Fatal("the orphan VMI never ran")
+		}
+		vm := e.createVM("orphan", virtv1.RunStrategyAlways, nil)
+		// Usually elsewhere: 63 of 64 VMs hash to another range than the
+		// VMI they adopt. The log says which case this run proved.
+		t.Logf("orphan on range %d, its VM on range %d", e.ranges.Owner(orphan), e.ranges.Of(vm))
+		var adopted *virtv1.VirtualMachineInstance
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+			adopted = e.vmi("orphan")
+			return adopted != nil && metav1.IsControlledBy(adopted, vm), nil
+		}); err != nil {
+			t.Fatalf("the VM never adopted its orphan; VMI %+v", adopted)
+		}
+		if adopted.UID != orphan.UID {
+			t.Fatalf("VMI %s, want the orphan %s adopted, not replaced", adopted.UID, orphan.UID)
+		}
+		e.waitVM("orphan", "Running", printable(virtv1.VirtualMachineStatusRunning))
+		// The launcher pod follows the VMI to its new range.
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods, err := e.kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.CreatedByLabel + "=" + string(orphan.UID)})
+			if err != nil || len(pods.Items) == 0 {
+				return false, err
+			}
+			for _, pod := range pods.Items {
+				if pod.Labels[shard.LabelRange] != strconv.Itoa(e.ranges.Of(vm)) {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			t.Errorf("the orphan's launcher pods never moved to the VM's range: %v", err)
+		}
+		e.checkSameRange(vm, e.vmi("orphan"))
+		if vmi := e.vmi("orphan"); vmi.Status.Phase != virtv1.Running {
+			t.Errorf("the adopted VMI is %s, want it still Running", vmi.Status.Phase)
+		}
+	})
+
+	t.Run("a VMI of the same name that another owner controls is reported", func(t *testing.T) {
+		t.Parallel()
+		e := *e
+		e.t = t
+		// A real owner, so that the garbage collector keeps its VMI.
+		owner, err := e.kube.CoreV1().ConfigMaps(e.ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "squatter-owner"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		squatter := workload.VMI("squatter")
+		squatter.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(owner, corev1.SchemeGroupVersion.WithKind("ConfigMap"))}
+		if _, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), squatter, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		e.createVM("squatter", virtv1.RunStrategyAlways, nil)
@@ -375,7 +434,7 @@ func TestRunStrategies(t *testing.T) {
 		if c := vmCondition(vm, virtv1.VirtualMachineFailure); c.Status != "True" || c.Reason != "FailedCreate" {
 			t.Errorf("Failure condition %+v, want True, FailedCreate", c)
 		}
-		if vmi := e.vmi("squatter"); vmi == nil || metav1.GetControllerOf(vmi) != nil {
+		if vmi := e.vmi("squatter"); vmi == nil || !metav1.IsControlledBy(vmi, owner) {
 			t.Errorf("the foreign VMI was touched: %+v", vmi)
 		}
 	})
