@@ -1,0 +1,94 @@
+package differential
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// run is one run's capture of a VMI and its launcher pod: the same
+// behaviour as any other run's, with the UIDs, resourceVersions,
+// timestamps and pod name suffix that run happened to get.
+func run(vmiUID, podUID, podName, rv, at, phase string) []*unstructured.Unstructured {
+	vmi := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+		"metadata": map[string]any{"name": "a", "namespace": "ns", "uid": vmiUID, "resourceVersion": rv,
+			"creationTimestamp": at, "managedFields": []any{map[string]any{"manager": "x"}}},
+		"status": map[string]any{
+			"phase":      phase,
+			"activePods": map[string]any{podUID: "node-1"},
+			"conditions": []any{map[string]any{"type": "Ready", "status": "True", "lastTransitionTime": at}},
+		},
+	}}
+	pod := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": podName, "namespace": "ns", "uid": podUID, "resourceVersion": rv,
+			"creationTimestamp": at,
+			"labels":            map[string]any{"kubevirt.io/created-by": vmiUID},
+			"ownerReferences":   []any{map[string]any{"kind": "VirtualMachineInstance", "name": "a", "uid": vmiUID, "controller": true}}},
+	}}
+	event := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Event",
+		"metadata": map[string]any{"name": "a.1234", "namespace": "ns"},
+		"reason":   "SuccessfulCreate", "message": "Created virtual machine pod " + podName,
+		"involvedObject": map[string]any{"kind": "VirtualMachineInstance", "name": "a", "uid": vmiUID},
+	}}
+	return []*unstructured.Unstructured{vmi, pod, event}
+}
+
+func launcherStem(obj *unstructured.Unstructured) (string, bool) {
+	if obj.GetKind() == "Pod" && strings.HasPrefix(obj.GetName(), "virt-launcher-") {
+		return "virt-launcher-" + obj.GetOwnerReferences()[0].Name, true
+	}
+	return "", false
+}
+
+func TestNormalizeMakesTwoRunsOfTheSameBehaviourEqual(t *testing.T) {
+	n := &Normalizer{GeneratedName: launcherStem}
+	a := n.Normalize(run("uid-1", "pod-uid-1", "virt-launcher-a-x7k2p", "100", "2026-12-04T10:00:00Z", "Running"))
+	b := n.Normalize(run("uid-2", "pod-uid-2", "virt-launcher-a-q9z3m", "257", "2026-12-04T11:30:07Z", "Running"))
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("runs differ:\n%v\n%v", a, b)
+	}
+	pod := a[1]
+	if pod.Name != "<virt-launcher-a#1>" {
+		t.Errorf("pod name %q, want the token of the VMI's first launcher pod", pod.Name)
+	}
+	labels := pod.Content["metadata"].(map[string]any)["labels"].(map[string]any)
+	if got := labels["kubevirt.io/created-by"]; got != "<uid:VirtualMachineInstance/a>" {
+		t.Errorf("created-by label %q, want the VMI's UID token", got)
+	}
+	active := a[0].Content["status"].(map[string]any)["activePods"].(map[string]any)
+	if _, ok := active["<uid:Pod/virt-launcher-a#1>"]; !ok {
+		t.Errorf("activePods %v, want the pod's UID token as key", active)
+	}
+	if msg := a[2].Content["message"]; msg != "Created virtual machine pod <virt-launcher-a#1>" {
+		t.Errorf("event message %q, want the pod's name token", msg)
+	}
+	if _, ok := a[0].Content["metadata"].(map[string]any)["managedFields"]; ok {
+		t.Error("managedFields kept: the server writes them")
+	}
+}
+
+func TestNormalizeKeepsWhatTheControllerDecided(t *testing.T) {
+	n := &Normalizer{GeneratedName: launcherStem}
+	a := n.Normalize(run("uid-1", "pod-uid-1", "virt-launcher-a-x7k2p", "100", "2026-12-04T10:00:00Z", "Running"))
+	b := n.Normalize(run("uid-2", "pod-uid-2", "virt-launcher-a-q9z3m", "257", "2026-12-04T11:30:07Z", "Scheduled"))
+	if reflect.DeepEqual(a[0], b[0]) {
+		t.Error("a Running and a Scheduled VMI normalized equal")
+	}
+}
+
+// Generated names are numbered by creation within their owner and role:
+// a VMI's second launcher pod is #2 whatever its suffix.
+func TestNormalizeNumbersGeneratedNamesByCreation(t *testing.T) {
+	first := run("uid-1", "pod-uid-1", "virt-launcher-a-zzzzz", "1", "2026-12-04T10:00:00Z", "Running")
+	second := run("uid-1", "pod-uid-2", "virt-launcher-a-aaaaa", "1", "2026-12-04T10:00:05Z", "Running")
+	n := &Normalizer{GeneratedName: launcherStem}
+	got := n.Normalize([]*unstructured.Unstructured{second[1], first[1]})
+	if got[0].Name != "<virt-launcher-a#2>" || got[1].Name != "<virt-launcher-a#1>" {
+		t.Errorf("names %q, %q: want the later pod #2 whatever its suffix sorts as", got[0].Name, got[1].Name)
+	}
+}

@@ -1,0 +1,234 @@
+package differential
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// Scenario is a scripted run: its steps, applied in order in a namespace
+// of its own, once under each controller.
+type Scenario struct {
+	// Name is the file's name without .yaml unless set.
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Steps       []Step `json:"steps"`
+}
+
+// Step is one thing a scenario does: exactly one of its fields is set.
+type Step struct {
+	// Create creates the object, in the scenario's namespace unless it is
+	// cluster-scoped.
+	Create *unstructured.Unstructured `json:"create,omitempty"`
+	// Patch patches an object.
+	Patch *PatchStep `json:"patch,omitempty"`
+	// Delete deletes an object.
+	Delete *Ref `json:"delete,omitempty"`
+	// Node plays the node's part, as virt-handler or the kubelet would.
+	Node *NodeStep `json:"node,omitempty"`
+	// Wait waits for a field to have a value, or for quiet.
+	Wait *WaitStep `json:"wait,omitempty"`
+	// Checkpoint captures every object of the scenario under this name.
+	Checkpoint string `json:"checkpoint,omitempty"`
+}
+
+// Ref names an object of the scenario.
+type Ref struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+// PatchStep is a patch of an object, or of its status subresource.
+type PatchStep struct {
+	Ref `json:",inline"`
+	// Type is merge (the default) or json.
+	Type        string `json:"type,omitempty"`
+	Subresource string `json:"subresource,omitempty"`
+	Patch       any    `json:"patch"`
+}
+
+// The node's part in a scenario.
+const (
+	// NodeFail: the VMI's domain crashes (virt-handler reports Failed).
+	NodeFail = "fail"
+	// NodeSucceed: the guest shuts down (virt-handler reports Succeeded).
+	NodeSucceed = "succeed"
+	// NodeDeleteLauncherPod: the VMI's launcher pod is deleted, as a user
+	// or an eviction would.
+	NodeDeleteLauncherPod = "delete-launcher-pod"
+	// NodeStop: the node's kubelet and virt-handler stop heartbeating.
+	NodeStop = "stop"
+)
+
+var nodeActions = []string{NodeFail, NodeSucceed, NodeDeleteLauncherPod, NodeStop}
+
+// NodeStep is an action of the node side: on a VMI, or on a node (NodeStop).
+type NodeStep struct {
+	Action string `json:"action"`
+	VMI    string `json:"vmi,omitempty"`
+	Node   string `json:"node,omitempty"`
+}
+
+// WaitStep waits until the object's field (a dotted path, such as
+// status.phase) has Value, or, with Quiet, until no object of the
+// scenario has changed for that long. A wait that times out fails the
+// scenario under that controller.
+type WaitStep struct {
+	Ref     `json:",inline"`
+	Field   string   `json:"field,omitempty"`
+	Value   any      `json:"value,omitempty"`
+	Quiet   Duration `json:"quiet,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// DefaultWaitTimeout bounds a wait that names no timeout.
+const DefaultWaitTimeout = time.Minute
+
+// Duration is a time.Duration written as "3s".
+type Duration struct{ time.Duration }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := yaml.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration %s: want a string such as \"3s\"", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+
+// Load reads one scenario file.
+func Load(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s Scenario
+	if err := yaml.UnmarshalStrict(data, &s); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	if s.Name == "" {
+		s.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	return &s, nil
+}
+
+// LoadDir reads every *.yaml in dir, in name order.
+func LoadDir(dir string) ([]*Scenario, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("no scenarios (*.yaml) in %s", dir)
+	}
+	slices.Sort(paths)
+	var out []*Scenario
+	names := map[string]string{}
+	for _, p := range paths {
+		s, err := Load(p)
+		if err != nil {
+			return nil, err
+		}
+		if prev, dup := names[s.Name]; dup {
+			return nil, fmt.Errorf("scenario %s: name %q is %s's too", p, s.Name, prev)
+		}
+		names[s.Name] = p
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Validate checks what can be checked without a cluster: one action per
+// step, the fields each needs, checkpoints named once, at least one.
+func (s *Scenario) Validate() error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, st := range s.Steps {
+		if err := st.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("step %d: %w", i+1, err))
+		}
+		if st.Checkpoint != "" {
+			if seen[st.Checkpoint] {
+				errs = append(errs, fmt.Errorf("step %d: checkpoint %q named twice", i+1, st.Checkpoint))
+			}
+			seen[st.Checkpoint] = true
+		}
+	}
+	if len(seen) == 0 {
+		errs = append(errs, errors.New("no checkpoint: nothing would be compared"))
+	}
+	return errors.Join(errs...)
+}
+
+func (st Step) validate() error {
+	set := 0
+	for _, isSet := range []bool{st.Create != nil, st.Patch != nil, st.Delete != nil, st.Node != nil, st.Wait != nil, st.Checkpoint != ""} {
+		if isSet {
+			set++
+		}
+	}
+	if set != 1 {
+		return fmt.Errorf("%d actions, want exactly one of create, patch, delete, node, wait, checkpoint", set)
+	}
+	switch {
+	case st.Create != nil:
+		if st.Create.GetKind() == "" || st.Create.GetAPIVersion() == "" || st.Create.GetName() == "" {
+			return errors.New("create: want apiVersion, kind and metadata.name (generateName would make the runs' names differ)")
+		}
+	case st.Patch != nil:
+		if err := st.Patch.Ref.validate(); err != nil {
+			return fmt.Errorf("patch: %w", err)
+		}
+		if t := st.Patch.Type; t != "" && t != "merge" && t != "json" {
+			return fmt.Errorf("patch: type %q, want merge or json", t)
+		}
+		if st.Patch.Patch == nil {
+			return errors.New("patch: no patch")
+		}
+	case st.Delete != nil:
+		if err := st.Delete.validate(); err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+	case st.Node != nil:
+		if !slices.Contains(nodeActions, st.Node.Action) {
+			return fmt.Errorf("node: action %q, want one of %s", st.Node.Action, strings.Join(nodeActions, ", "))
+		}
+		if (st.Node.Action == NodeStop) != (st.Node.Node != "") || (st.Node.Action == NodeStop) == (st.Node.VMI != "") {
+			return fmt.Errorf("node: %s names a node, the other actions a VMI", NodeStop)
+		}
+	case st.Wait != nil:
+		w := st.Wait
+		if (w.Quiet.Duration > 0) == (w.Field != "") {
+			return errors.New("wait: want either quiet or a field and its value")
+		}
+		if w.Field != "" {
+			if err := w.Ref.validate(); err != nil {
+				return fmt.Errorf("wait: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func (r Ref) validate() error {
+	if r.Kind == "" || r.Name == "" {
+		return errors.New("want kind and name")
+	}
+	return nil
+}
