@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	virtv1 "kubevirt.io/api/core/v1"
 )
 
 // Object is one captured object, normalized: its identity in a form two
@@ -26,6 +28,7 @@ type Object struct {
 const (
 	TimeToken            = "<time>"
 	ResourceVersionToken = "<resourceVersion>"
+	NamespaceToken       = "<namespace>"
 )
 
 // serverFields are metadata the API server writes whatever a controller
@@ -41,6 +44,8 @@ type Normalizer struct {
 	// the generated one's stable stem: its owner and role, such as
 	// "virt-launcher-<vmi>". ok is false for a name to keep as it is.
 	GeneratedName func(obj *unstructured.Unstructured) (stem string, ok bool)
+	// Namespace is the run's namespace, which becomes NamespaceToken.
+	Namespace string
 
 	replace map[string]string
 	// longest first, so that a name within a longer one is not replaced
@@ -81,6 +86,9 @@ func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 		if uid := string(obj.GetUID()); uid != "" {
 			n.replace[uid] = fmt.Sprintf("<uid:%s/%s>", obj.GetKind(), strings.Trim(names[i], "<>"))
 		}
+	}
+	if n.Namespace != "" {
+		n.replace[n.Namespace] = NamespaceToken
 	}
 	n.order = n.order[:0]
 	for k := range n.replace {
@@ -153,4 +161,35 @@ func isTime(s string) bool {
 	}
 	_, err := time.Parse(time.RFC3339Nano, s)
 	return err == nil
+}
+
+// GeneratedName is the stem of the names controllers generate: a launcher
+// pod's VMI and role (the VMI's pod, a migration's target, a temporary
+// provisioning pod), an event's involved object and reason. KubeVirt
+// generates a launcher pod's suffix, virtshard derives it (a deliberate
+// difference, docs/architecture.md): either way the pod is known by its
+// VMI and role. Events are numbered by creation within their stem, as
+// pods are.
+func GeneratedName(obj *unstructured.Unstructured) (string, bool) {
+	switch obj.GetKind() {
+	case "Pod":
+		owner := metav1.GetControllerOf(obj)
+		if owner == nil || owner.Kind != "VirtualMachineInstance" {
+			return "", false
+		}
+		role := "pod"
+		if _, target := obj.GetLabels()[virtv1.MigrationJobLabel]; target {
+			role = "target"
+		}
+		if _, temporary := obj.GetAnnotations()[virtv1.EphemeralProvisioningObject]; temporary {
+			role = "provisioning"
+		}
+		return "virt-launcher-" + owner.Name + "-" + role, true
+	case "Event":
+		kind, _, _ := unstructured.NestedString(obj.Object, "involvedObject", "kind")
+		name, _, _ := unstructured.NestedString(obj.Object, "involvedObject", "name")
+		reason, _, _ := unstructured.NestedString(obj.Object, "reason")
+		return "event:" + kind + "/" + name + "/" + reason, true
+	}
+	return "", false
 }

@@ -92,3 +92,24 @@ func TestNormalizeNumbersGeneratedNamesByCreation(t *testing.T) {
 		t.Errorf("names %q, %q: want the later pod #2 whatever its suffix sorts as", got[0].Name, got[1].Name)
 	}
 }
+
+// KubeVirt generates a launcher pod's suffix and virtshard derives it:
+// both are the VMI's pod, and a migration's target is another role.
+func TestGeneratedNameKnowsALauncherPodByItsVMIAndRole(t *testing.T) {
+	pod := func(name, generateName string, labels map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": name, "generateName": generateName, "labels": labels,
+				"ownerReferences": []any{map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "a", "uid": "u", "controller": true}}},
+		}}
+	}
+	kubevirt, _ := GeneratedName(pod("virt-launcher-a-x7k2p", "virt-launcher-a-", nil))
+	ours, _ := GeneratedName(pod("virt-launcher-a-c1b41", "", nil))
+	target, _ := GeneratedName(pod("virt-launcher-a-9zz1q", "virt-launcher-a-", map[string]any{"kubevirt.io/migrationJobUID": "m"}))
+	if kubevirt != ours || kubevirt == target {
+		t.Errorf("stems %q, %q and target %q: want the first two equal and the target apart", kubevirt, ours, target)
+	}
+	if _, ok := GeneratedName(&unstructured.Unstructured{Object: map[string]any{"kind": "Pod", "metadata": map[string]any{"name": "mine"}}}); ok {
+		t.Error("a pod nobody controls has a generated name")
+	}
+}

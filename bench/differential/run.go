@@ -1,0 +1,315 @@
+package differential
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/bench/handler"
+)
+
+// Captured are the kinds a checkpoint captures, besides those a scenario
+// creates: everything today's controllers write in a namespace.
+var Captured = []schema.GroupVersionResource{
+	virtv1.SchemeGroupVersion.WithResource("virtualmachineinstances"),
+	virtv1.SchemeGroupVersion.WithResource("virtualmachines"),
+	virtv1.SchemeGroupVersion.WithResource("virtualmachineinstancemigrations"),
+	corev1.SchemeGroupVersion.WithResource("pods"),
+	corev1.SchemeGroupVersion.WithResource("events"),
+	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"},
+}
+
+// Runner runs scenarios on a cluster, under whichever controller runs
+// there.
+type Runner struct {
+	Dynamic dynamic.Interface
+	Mapper  meta.RESTMapper
+	// Poll is how often waits look; 100 ms when zero.
+	Poll time.Duration
+}
+
+// Capture is one checkpoint's objects, as the API returned them.
+type Capture struct {
+	Checkpoint string
+	Objects    []*unstructured.Unstructured
+}
+
+// Run runs s in namespace ns, which must exist, and returns its captures
+// in checkpoint order.
+func (r *Runner) Run(ctx context.Context, s *Scenario, ns string) ([]Capture, error) {
+	kinds := slices.Clone(Captured)
+	var out []Capture
+	for i, st := range s.Steps {
+		var err error
+		switch {
+		case st.Create != nil:
+			var gvr schema.GroupVersionResource
+			var namespaced bool
+			gvr, namespaced, err = r.create(ctx, ns, st.Create)
+			if namespaced && !slices.Contains(kinds, gvr) {
+				kinds = append(kinds, gvr)
+			}
+		case st.Patch != nil:
+			err = r.patch(ctx, ns, st.Patch)
+		case st.Delete != nil:
+			err = r.delete(ctx, ns, *st.Delete)
+		case st.Node != nil:
+			err = r.node(ctx, ns, st.Node)
+		case st.Wait != nil && st.Wait.Quiet.Duration > 0:
+			err = r.quiet(ctx, ns, kinds, st.Wait)
+		case st.Wait != nil:
+			err = r.waitField(ctx, ns, st.Wait)
+		case st.Checkpoint != "":
+			var objs []*unstructured.Unstructured
+			objs, err = r.capture(ctx, ns, kinds)
+			out = append(out, Capture{Checkpoint: st.Checkpoint, Objects: objs})
+		}
+		if err != nil {
+			return out, fmt.Errorf("scenario %s, step %d: %w", s.Name, i+1, err)
+		}
+	}
+	return out, nil
+}
+
+// resource is the resource of kind, and whether it is namespaced.
+func (r *Runner) resource(kind string, apiVersion string) (schema.GroupVersionResource, bool, error) {
+	var gk schema.GroupKind
+	var versions []string
+	if apiVersion != "" {
+		gv, err := schema.ParseGroupVersion(apiVersion)
+		if err != nil {
+			return schema.GroupVersionResource{}, false, err
+		}
+		gk, versions = gv.WithKind(kind).GroupKind(), []string{gv.Version}
+	} else {
+		gk = schema.GroupKind{Kind: kind}
+		if g, ok := groupOf[kind]; ok {
+			gk.Group = g
+		}
+	}
+	m, err := r.Mapper.RESTMapping(gk, versions...)
+	if err != nil {
+		return schema.GroupVersionResource{}, false, fmt.Errorf("kind %s: %w", kind, err)
+	}
+	return m.Resource, m.Scope.Name() == meta.RESTScopeNameNamespace, nil
+}
+
+// groupOf is the API group of the kinds a step names without an
+// apiVersion.
+var groupOf = map[string]string{
+	"VirtualMachineInstance":          virtv1.SchemeGroupVersion.Group,
+	"VirtualMachine":                  virtv1.SchemeGroupVersion.Group,
+	"VirtualMachineInstanceMigration": virtv1.SchemeGroupVersion.Group,
+	"KubeVirt":                        virtv1.SchemeGroupVersion.Group,
+	"DataVolume":                      "cdi.kubevirt.io",
+	"PodDisruptionBudget":             "policy",
+}
+
+func (r *Runner) client(ns string, gvr schema.GroupVersionResource, namespaced bool) dynamic.ResourceInterface {
+	if namespaced {
+		return r.Dynamic.Resource(gvr).Namespace(ns)
+	}
+	return r.Dynamic.Resource(gvr)
+}
+
+func (r *Runner) create(ctx context.Context, ns string, obj *unstructured.Unstructured) (schema.GroupVersionResource, bool, error) {
+	gvr, namespaced, err := r.resource(obj.GetKind(), obj.GetAPIVersion())
+	if err != nil {
+		return gvr, false, err
+	}
+	obj = obj.DeepCopy()
+	if namespaced {
+		obj.SetNamespace(ns)
+	}
+	_, err = r.client(ns, gvr, namespaced).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		return gvr, false, fmt.Errorf("create %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return gvr, namespaced, nil
+}
+
+func (r *Runner) patch(ctx context.Context, ns string, p *PatchStep) error {
+	gvr, namespaced, err := r.resource(p.Kind, "")
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(p.Patch)
+	if err != nil {
+		return err
+	}
+	pt := types.MergePatchType
+	if p.Type == "json" {
+		pt = types.JSONPatchType
+	}
+	var sub []string
+	if p.Subresource != "" {
+		sub = []string{p.Subresource}
+	}
+	if _, err := r.client(ns, gvr, namespaced).Patch(ctx, p.Name, pt, data, metav1.PatchOptions{}, sub...); err != nil {
+		return fmt.Errorf("patch %s %s: %w", p.Kind, p.Name, err)
+	}
+	return nil
+}
+
+func (r *Runner) delete(ctx context.Context, ns string, ref Ref) error {
+	gvr, namespaced, err := r.resource(ref.Kind, "")
+	if err != nil {
+		return err
+	}
+	if err := r.client(ns, gvr, namespaced).Delete(ctx, ref.Name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete %s %s: %w", ref.Kind, ref.Name, err)
+	}
+	return nil
+}
+
+var (
+	vmis  = virtv1.SchemeGroupVersion.WithResource("virtualmachineinstances")
+	pods  = corev1.SchemeGroupVersion.WithResource("pods")
+	nodes = corev1.SchemeGroupVersion.WithResource("nodes")
+)
+
+// node plays the node side's part.
+func (r *Runner) node(ctx context.Context, ns string, n *NodeStep) error {
+	switch n.Action {
+	case NodeFail, NodeSucceed:
+		// What virt-handler writes when the domain ends.
+		phase := virtv1.Failed
+		if n.Action == NodeSucceed {
+			phase = virtv1.Succeeded
+		}
+		patch := fmt.Sprintf(`{"status":{"phase":%q}}`, phase)
+		_, err := r.Dynamic.Resource(vmis).Namespace(ns).Patch(ctx, n.VMI, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	case NodeDeleteLauncherPod:
+		vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, n.VMI, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		list, err := r.Dynamic.Resource(pods).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.GetUID())})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			return fmt.Errorf("VMI %s has no launcher pod to delete", n.VMI)
+		}
+		for _, p := range list.Items {
+			if err := r.Dynamic.Resource(pods).Namespace(ns).Delete(ctx, p.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		return nil
+	case NodeStop:
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, handler.StoppedAnnotation)
+		_, err := r.Dynamic.Resource(nodes).Patch(ctx, n.Node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	return fmt.Errorf("node action %q", n.Action)
+}
+
+func (r *Runner) poll() time.Duration {
+	if r.Poll > 0 {
+		return r.Poll
+	}
+	return 100 * time.Millisecond
+}
+
+func timeout(w *WaitStep) time.Duration {
+	if w.Timeout.Duration > 0 {
+		return w.Timeout.Duration
+	}
+	return DefaultWaitTimeout
+}
+
+// waitField waits until the object's field has the value.
+func (r *Runner) waitField(ctx context.Context, ns string, w *WaitStep) error {
+	gvr, namespaced, err := r.resource(w.Kind, "")
+	if err != nil {
+		return err
+	}
+	path := strings.Split(w.Field, ".")
+	want := fmt.Sprint(w.Value)
+	var last any
+	err = wait.PollUntilContextTimeout(ctx, r.poll(), timeout(w), true, func(ctx context.Context) (bool, error) {
+		obj, err := r.client(ns, gvr, namespaced).Get(ctx, w.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			last = "<no object>"
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		v, found, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
+		if !found {
+			last = "<no field>"
+			return false, nil
+		}
+		last = v
+		return fmt.Sprint(v) == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %s %s %s=%v: last %v: %w", w.Kind, w.Name, w.Field, w.Value, last, err)
+	}
+	return nil
+}
+
+// quiet waits until no captured object has changed for w.Quiet.
+func (r *Runner) quiet(ctx context.Context, ns string, kinds []schema.GroupVersionResource, w *WaitStep) error {
+	var last string
+	since := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, r.poll(), timeout(w)+w.Quiet.Duration, true, func(ctx context.Context) (bool, error) {
+		objs, err := r.capture(ctx, ns, kinds)
+		if err != nil {
+			return false, err
+		}
+		var b strings.Builder
+		for _, o := range objs {
+			fmt.Fprintf(&b, "%s/%s@%s;", o.GetKind(), o.GetName(), o.GetResourceVersion())
+		}
+		if state := b.String(); state != last {
+			last, since = state, time.Now()
+		}
+		return time.Since(since) >= w.Quiet.Duration, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %s without a change: %w", w.Quiet.Duration, err)
+	}
+	return nil
+}
+
+// capture lists every object of kinds in ns, sorted by kind and name.
+func (r *Runner) capture(ctx context.Context, ns string, kinds []schema.GroupVersionResource) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, gvr := range kinds {
+		list, err := r.Dynamic.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // the API is not served here (no CDI, say)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", gvr.Resource, err)
+		}
+		for i := range list.Items {
+			out = append(out, &list.Items[i])
+		}
+	}
+	slices.SortFunc(out, func(a, b *unstructured.Unstructured) int {
+		if c := strings.Compare(a.GetKind(), b.GetKind()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.GetName(), b.GetName())
+	})
+	return out, nil
+}
