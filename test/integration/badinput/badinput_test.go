@@ -354,7 +354,16 @@ func cases() []badCase {
 			return e.vmFailure(vm.Name, "InvalidRunStrategy")
 		}},
 		{"vm-name-taken-by-foreign-vmi", func(e *env) func(context.Context) string {
-			e.createVMI(workload.VMI("taken"))
+			// Controlled by another owner, a real one that the garbage
+			// collector keeps: an orphan would be adopted, as KubeVirt does.
+			owner, err := e.kube.CoreV1().ConfigMaps(e.ns).Create(context.Background(),
+				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "taken-owner"}}, metav1.CreateOptions{})
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			taken := workload.VMI("taken")
+			taken.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(owner, corev1.SchemeGroupVersion.WithKind("ConfigMap"))}
+			e.createVMI(taken)
 			vm := e.createVM("taken", virtv1.RunStrategyAlways)
 			return e.vmFailure(vm.Name, "FailedCreate")
 		}},

@@ -54,10 +54,12 @@ func (a access) String() string {
 var rarelyCalled = map[access]string{
 	{"patch", "", "events"}: "client-go's event recorder patches an event that repeats within its aggregation window",
 	{"delete", "kubevirt.io", "virtualmachineinstancemigrations"}: "the migration controller keeps the 5 newest finished migrations of a VMI and deletes older ones",
-	{"get", "", "pods"}:   "the migration controller confirms a target pod missing from its cache before it fails the migration",
-	{"patch", "", "pods"}: "the VMI controller restores a launcher pod's range label that someone edited (controllers/vmi restoreRangeLabel)",
+	{"get", "", "pods"}: "the migration controller confirms a target pod missing from its cache before it fails the migration; " +
+		"the VMI controller reads the launcher pod a create was answered AlreadyExists for",
+	{"get", "kubevirt.io", "virtualmachines"}: "the VM controller reads its VM afresh before it adopts an orphan VMI (KubeVirt's RecheckDeletionTimestamp)",
+	{"patch", "", "pods"}:                     "the VMI controller restores a launcher pod's range label that someone edited (controllers/vmi restoreRangeLabel)",
 	{"get", "kubevirt.io", "virtualmachineinstances"}: "the status batcher re-reads a VMI whose patch conflicted; the VM controller tells " +
-		"a VMI its create made from a foreign one of that name; the migration controller checks a VMI missing from its cache",
+		"a VMI its create made from a foreign one or an orphan of that name; the migration controller checks a VMI missing from its cache",
 	{"list", "cdi.kubevirt.io", "datavolumes"}:  "DataVolumes are watched only where CDI's DataVolume CRD is installed (not on the local cluster)",
 	{"watch", "cdi.kubevirt.io", "datavolumes"}: "the same",
 	{"list", "k8s.cni.cncf.io", "network-attachment-definitions"}: "NetworkAttachmentDefinitions are watched only where Multus' CRD is " +
