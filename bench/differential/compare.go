@@ -197,7 +197,7 @@ func sortedKeys[K interface{ ~string | ~[2]string }](m map[K]bool) []K {
 
 // Difference is one way virtshard differs from KubeVirt on purpose.
 type Difference struct {
-	// Kind is the object kind it concerns.
+	// Kind is the object kind it concerns; * for every kind.
 	Kind string
 	// Path is a field path pattern: * stands for one key, and a final
 	// ** for everything below ("metadata.labels[virtshard.io/range]",
@@ -211,7 +211,7 @@ type Difference struct {
 }
 
 func (d Difference) covers(f FieldDiff) bool {
-	if d.Kind != f.Kind || (len(d.Outcomes) > 0 && !slices.Contains(d.Outcomes, f.Outcome)) {
+	if (d.Kind != "*" && d.Kind != f.Kind) || (len(d.Outcomes) > 0 && !slices.Contains(d.Outcomes, f.Outcome)) {
 		return false
 	}
 	pattern, p := segments(d.Path), segments(f.Path)

@@ -18,4 +18,15 @@ var Known = []Difference{
 		Kind: "Event", Path: "source.component", Outcomes: []Outcome{Differ},
 		Reason: "events come from virtshard-controller; KubeVirt's from virt-controller",
 	},
+	{
+		Kind: "Pod", Path: "metadata.generateName", Outcomes: []Outcome{Missing},
+		Reason: "a launcher pod's name is derived from its VMI, not generated: the API server then refuses a second " +
+			"launcher pod for one VMI, even from two replicas that both think they hold its range (docs/architecture.md)",
+		KubeVirt: "pkg/virt-controller/services/template.go: RenderLaunchManifest (GenerateName)",
+	},
+	{
+		Kind: "*", Path: "metadata.generation", Outcomes: []Outcome{Differ},
+		Reason: "the API server counts the object's writes there (every write of a VMI, which has no status " +
+			"subresource); virtshard coalesces status changes into fewer writes. The report gives the counts.",
+	},
 }

@@ -2,6 +2,8 @@ package differential
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -60,28 +62,14 @@ type Normalizer struct {
 func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 	n.replace = map[string]string{}
 	names := make([]string, len(objs))
-	byStem := map[string][]int{}
 	for i, obj := range objs {
 		names[i] = obj.GetName()
-		if n.GeneratedName != nil {
-			if stem, ok := n.GeneratedName(obj); ok {
-				byStem[stem] = append(byStem[stem], i)
-			}
-		}
 	}
-	for stem, idx := range byStem {
-		slices.SortFunc(idx, func(a, b int) int {
-			ta, tb := objs[a].GetCreationTimestamp().Time, objs[b].GetCreationTimestamp().Time
-			if c := ta.Compare(tb); c != 0 {
-				return c
-			}
-			return strings.Compare(objs[a].GetName(), objs[b].GetName())
-		})
-		for k, i := range idx {
-			names[i] = fmt.Sprintf("<%s#%d>", stem, k+1)
-			n.replace[objs[i].GetName()] = names[i]
-		}
-	}
+	// Events are named after the objects they are about, whose own names
+	// may be generated: those are numbered first, and an event's stem
+	// names its object by that token.
+	n.numberGenerated(objs, names, func(o *unstructured.Unstructured) bool { return o.GetKind() != "Event" })
+	n.numberGenerated(objs, names, func(o *unstructured.Unstructured) bool { return o.GetKind() == "Event" })
 	for i, obj := range objs {
 		if uid := string(obj.GetUID()); uid != "" {
 			n.replace[uid] = fmt.Sprintf("<uid:%s/%s>", obj.GetKind(), strings.Trim(names[i], "<>"))
@@ -90,6 +78,7 @@ func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 	if n.Namespace != "" {
 		n.replace[n.Namespace] = NamespaceToken
 	}
+	n.numberPlaces(objs, names)
 	n.order = n.order[:0]
 	for k := range n.replace {
 		n.order = append(n.order, k)
@@ -111,9 +100,151 @@ func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 			delete(meta, "uid") // its token is the object's identity
 			meta["name"] = names[i]
 		}
+		if obj.GetKind() == "Pod" {
+			jitteredQemuTimeout(content)
+		}
 		out[i] = Object{Kind: obj.GetKind(), Name: names[i], Content: n.value(content).(map[string]any)}
 	}
 	return out
+}
+
+// Places the scheduler and the network decide, not the controller: which
+// kwok node a pod landed on, and the addresses its node gave it.
+var (
+	nodeName  = regexp.MustCompile(`\bkwok-node-[0-9]+\b`)
+	ipAddress = regexp.MustCompile(`\b[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\b`)
+	// macAddress: the simulated virt-handler reports a random MAC where
+	// the VMI asks for none, as libvirt picks one.
+	macAddress = regexp.MustCompile(`\b[0-9a-f]{2}(:[0-9a-f]{2}){5}\b`)
+)
+
+// numberPlaces gives each node name, IP and MAC address found in objs a token,
+// numbered in the order they first appear, objects taken by kind and
+// name, an object's fields in key order: "the node the first VMI runs on"
+// is the same token in both runs, whichever node the scheduler picked,
+// and a pod and its VMI that agree on a node or an address still agree.
+func (n *Normalizer) numberPlaces(objs []*unstructured.Unstructured, names []string) {
+	order := make([]int, len(objs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		if c := strings.Compare(objs[a].GetKind(), objs[b].GetKind()); c != 0 {
+			return c
+		}
+		return strings.Compare(names[a], names[b])
+	})
+	nodes, ips, macs := 0, 0, 0
+	visit := func(s string) {
+		for _, m := range nodeName.FindAllString(s, -1) {
+			if _, ok := n.replace[m]; !ok {
+				nodes++
+				n.replace[m] = fmt.Sprintf("<node#%d>", nodes)
+			}
+		}
+		for _, m := range ipAddress.FindAllString(s, -1) {
+			if _, ok := n.replace[m]; !ok {
+				ips++
+				n.replace[m] = fmt.Sprintf("<ip#%d>", ips)
+			}
+		}
+		for _, m := range macAddress.FindAllString(s, -1) {
+			if _, ok := n.replace[m]; !ok {
+				macs++
+				n.replace[m] = fmt.Sprintf("<mac#%d>", macs)
+			}
+		}
+	}
+	for _, i := range order {
+		walkStrings(objs[i].Object, visit)
+	}
+}
+
+// walkStrings calls visit on every string of v, map keys included, maps in
+// key order.
+func walkStrings(v any, visit func(string)) {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			visit(k)
+			walkStrings(v[k], visit)
+		}
+	case []any:
+		for _, e := range v {
+			walkStrings(e, visit)
+		}
+	case string:
+		visit(v)
+	}
+}
+
+// numberGenerated names the generated names of the objects picked: the
+// token of an object is its stem and its place among the objects of that
+// stem by creation time (then name).
+func (n *Normalizer) numberGenerated(objs []*unstructured.Unstructured, names []string, pick func(*unstructured.Unstructured) bool) {
+	if n.GeneratedName == nil {
+		return
+	}
+	byStem := map[string][]int{}
+	for i, obj := range objs {
+		if !pick(obj) {
+			continue
+		}
+		if stem, ok := n.GeneratedName(obj); ok {
+			stem = n.plainText(stem)
+			byStem[stem] = append(byStem[stem], i)
+		}
+	}
+	for stem, idx := range byStem {
+		slices.SortFunc(idx, func(a, b int) int {
+			ta, tb := objs[a].GetCreationTimestamp().Time, objs[b].GetCreationTimestamp().Time
+			if c := ta.Compare(tb); c != 0 {
+				return c
+			}
+			return strings.Compare(objs[a].GetName(), objs[b].GetName())
+		})
+		for k, i := range idx {
+			names[i] = fmt.Sprintf("<%s#%d>", stem, k+1)
+			n.replace[objs[i].GetName()] = names[i]
+		}
+	}
+}
+
+// plainText replaces the names known so far within s, before the
+// replacements are ordered.
+func (n *Normalizer) plainText(s string) string {
+	keys := slices.SortedFunc(maps.Keys(n.replace), func(a, b string) int { return len(b) - len(a) })
+	for _, k := range keys {
+		s = strings.ReplaceAll(s, k, n.replace[k])
+	}
+	return s
+}
+
+// QemuTimeoutToken stands for a launcher's --qemu-timeout in KubeVirt's
+// range.
+const QemuTimeoutToken = "<qemu-timeout>"
+
+// jitteredQemuTimeout replaces the --qemu-timeout of a pod's containers
+// by QemuTimeoutToken when it is in the range KubeVirt draws it from: 240
+// seconds and a random jitter under 120 (services/template.go,
+// generateQemuTimeoutWithJitter), which virtshard draws alike. A value
+// outside that range stays, and differs.
+func jitteredQemuTimeout(pod map[string]any) {
+	containers, _, _ := unstructured.NestedSlice(pod, "spec", "containers")
+	for _, c := range containers {
+		command, _ := c.(map[string]any)["command"].([]any)
+		for i := 0; i+1 < len(command); i++ {
+			if command[i] != "--qemu-timeout" {
+				continue
+			}
+			if v, ok := command[i+1].(string); ok {
+				if d, err := time.ParseDuration(v); err == nil && d >= 240*time.Second && d < 360*time.Second {
+					command[i+1] = QemuTimeoutToken
+				}
+			}
+		}
+	}
+	_ = unstructured.SetNestedSlice(pod, containers, "spec", "containers")
 }
 
 // value normalizes one value of an object's tree.
@@ -122,6 +253,9 @@ func (n *Normalizer) value(v any) any {
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, e := range v {
+			if e == nil {
+				continue // null and absent read alike to every client
+			}
 			if k == "resourceVersion" {
 				out[k] = ResourceVersionToken
 				continue

@@ -113,3 +113,43 @@ func TestGeneratedNameKnowsALauncherPodByItsVMIAndRole(t *testing.T) {
 		t.Error("a pod nobody controls has a generated name")
 	}
 }
+
+// placed is a VMI on node with address ip, and its launcher pod on
+// podNode: where the scheduler put them and what address the node gave.
+func placed(node, podNode, ip string) []*unstructured.Unstructured {
+	vmi := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+		"metadata": map[string]any{"name": "a", "labels": map[string]any{"kubevirt.io/nodeName": node}},
+		"status":   map[string]any{"nodeName": node, "interfaces": []any{map[string]any{"name": "default", "ipAddress": ip}}},
+	}}
+	pod := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": "p"},
+		"spec":     map[string]any{"nodeName": podNode},
+		"status":   map[string]any{"podIP": ip},
+	}}
+	event := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Event", "metadata": map[string]any{"name": "e"},
+		"message": "Successfully assigned ns/p to " + podNode,
+	}}
+	return []*unstructured.Unstructured{vmi, pod, event}
+}
+
+// The node the scheduler picked and the address it gave are tokens: two
+// runs that placed the VMI differently are equal, and a VMI that names
+// another node than its pod's still differs from one that agrees.
+func TestNodesAndAddressesAreNumberedNotNamed(t *testing.T) {
+	n := &Normalizer{}
+	a := n.Normalize(placed("kwok-node-3", "kwok-node-3", "10.0.3.7"))
+	b := n.Normalize(placed("kwok-node-12", "kwok-node-12", "10.0.12.2"))
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("runs on other nodes differ:\n%v\n%v", a, b)
+	}
+	if got := a[2].Content["message"]; got != "Successfully assigned ns/p to <node#1>" {
+		t.Errorf("event message %q, want the node's token", got)
+	}
+	c := n.Normalize(placed("kwok-node-1", "kwok-node-10", "10.0.1.2"))
+	if reflect.DeepEqual(a, c) {
+		t.Errorf("a VMI on another node than its pod normalizes like one on its pod's node: %v", c)
+	}
+}

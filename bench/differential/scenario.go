@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -77,13 +78,14 @@ type NodeStep struct {
 }
 
 // WaitStep waits until the object's field (a dotted path, such as
-// status.phase) has Value, or, with Quiet, until no object of the
-// scenario has changed for that long. A wait that times out fails the
-// scenario under that controller.
+// status.phase) has Value, until the object is gone (Absent), or, with
+// Quiet, until no object of the scenario has changed for that long. A
+// wait that times out fails the scenario under that controller.
 type WaitStep struct {
 	Ref     `json:",inline"`
 	Field   string   `json:"field,omitempty"`
 	Value   any      `json:"value,omitempty"`
+	Absent  bool     `json:"absent,omitempty"`
 	Quiet   Duration `json:"quiet,omitempty"`
 	Timeout Duration `json:"timeout,omitempty"`
 }
@@ -154,10 +156,17 @@ func LoadDir(dir string) ([]*Scenario, error) {
 	return out, nil
 }
 
+// maxNameLength keeps "diff-kv-<name>" within a namespace name's 63.
+const maxNameLength = 55
+
 // Validate checks what can be checked without a cluster: one action per
 // step, the fields each needs, checkpoints named once, at least one.
 func (s *Scenario) Validate() error {
 	var errs []error
+	// Each run's namespace is named after the scenario (Namespace).
+	if msgs := validation.IsDNS1123Label(s.Name); len(msgs) > 0 || len(s.Name) > maxNameLength {
+		errs = append(errs, fmt.Errorf("name %q cannot name a namespace: want a DNS label of at most %d characters", s.Name, maxNameLength))
+	}
 	seen := map[string]bool{}
 	for i, st := range s.Steps {
 		if err := st.validate(); err != nil {
@@ -214,10 +223,16 @@ func (st Step) validate() error {
 		}
 	case st.Wait != nil:
 		w := st.Wait
-		if (w.Quiet.Duration > 0) == (w.Field != "") {
-			return errors.New("wait: want either quiet or a field and its value")
+		kinds := 0
+		for _, set := range []bool{w.Quiet.Duration > 0, w.Field != "", w.Absent} {
+			if set {
+				kinds++
+			}
 		}
-		if w.Field != "" {
+		if kinds != 1 {
+			return errors.New("wait: want exactly one of quiet, a field and its value, or absent")
+		}
+		if w.Field != "" || w.Absent {
 			if err := w.Ref.validate(); err != nil {
 				return fmt.Errorf("wait: %w", err)
 			}

@@ -41,6 +41,8 @@ func TestABadScenarioIsRefusedWithItsReason(t *testing.T) {
 		"generate-name.yaml":     "metadata.name",
 		"stop-without-node.yaml": "names a node",
 		"bad-duration.yaml":      "duration",
+		"two-waits.yaml":         "exactly one of quiet",
+		"bad-name.yaml":          "namespace",
 	} {
 		t.Run(file, func(t *testing.T) {
 			_, err := Load(filepath.Join("testdata", "bad", file))
