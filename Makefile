@@ -118,8 +118,8 @@ bench-ceiling: tools ## Measure the cluster's own limits: bare pods, and the flo
 	$(GO) run ./bench/cmd/virtshard-bench --scenario pod-ceiling,floor $(BENCH_ARGS)
 
 .PHONY: differential
-differential: tools controller ## Run the scenarios of bench/differential/scenarios under KubeVirt's virt-controller and under virtshard, compare every object (DIFFERENTIAL_ARGS="--scenarios DIR"); report in bin/differential.txt.
-	$(GO) run ./bench/cmd/virtshard-differential --controller $(BIN)/virtshard-controller --report $(BIN)/differential.txt $(DIFFERENTIAL_ARGS)
+differential: tools controller ## Run the scenarios of bench/differential/scenarios under KubeVirt's virt-controller and under virtshard, compare every object (DIFFERENTIAL_ARGS="--scenarios DIR"); report in bin/differential.txt, objects in bin/differential/.
+	$(GO) run ./bench/cmd/virtshard-differential --controller $(BIN)/virtshard-controller --report $(BIN)/differential.txt --dump $(BIN)/differential $(DIFFERENTIAL_ARGS)
 
 .PHONY: bench-scenario
 bench-scenario: tools controller ## One scenario: BENCH_ARGS="--scenario latency --vmis 1000" (see bench/cmd/virtshard-bench --help).

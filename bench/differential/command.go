@@ -21,6 +21,8 @@ type Command struct {
 	Parallel   int
 	// Report, when set, also receives the report.
 	Report string
+	// Dump, when set, receives each checkpoint's normalized objects.
+	Dump string
 }
 
 // ErrDifferences is returned when the run found a difference not on the
@@ -35,6 +37,7 @@ func (c *Command) Parse(args []string) error {
 	fs.IntVar(&c.Replicas, "replicas", 3, "virtshard replicas")
 	fs.IntVar(&c.Parallel, "parallel", 8, "scenarios run at once under one controller")
 	fs.StringVar(&c.Report, "report", "", "also write the report to this file")
+	fs.StringVar(&c.Dump, "dump", "", "write each checkpoint's normalized objects under both controllers to this directory (<scenario>/<checkpoint>.<controller>.yaml)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,6 +86,11 @@ func (c *Command) Run(ctx context.Context, out io.Writer) error {
 	}
 	if err := WriteReport(io.MultiWriter(writers...), results); err != nil {
 		return err
+	}
+	if c.Dump != "" {
+		if err := Dump(c.Dump, results); err != nil {
+			return err
+		}
 	}
 	if Failed(results) {
 		return ErrDifferences

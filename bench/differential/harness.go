@@ -86,6 +86,8 @@ type Result struct {
 type CheckpointResult struct {
 	Name string
 	Comparison
+	// KubeVirt and Ours are the normalized objects compared.
+	KubeVirt, Ours []Object
 }
 
 // sideRun is one scenario's run under one controller.
@@ -119,6 +121,13 @@ func Run(ctx context.Context, scenarios []*Scenario, opts Options) ([]Result, er
 	h := &harness{opts: opts, kube: kube, dyn: dyn,
 		runner: &Runner{Dynamic: dyn, Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}}
 
+	hook, err := startWebhook(ctx, kube)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = hook.stop(context.WithoutCancel(ctx)) }()
+	h.webhook = hook
+
 	kv, err := h.under(ctx, KubeVirt, scenarios, h.startKubeVirt)
 	if err != nil {
 		return nil, err
@@ -136,10 +145,11 @@ func Run(ctx context.Context, scenarios []*Scenario, opts Options) ([]Result, er
 }
 
 type harness struct {
-	opts   Options
-	kube   kubernetes.Interface
-	dyn    dynamic.Interface
-	runner *Runner
+	opts    Options
+	webhook *apiWebhook
+	kube    kubernetes.Interface
+	dyn     dynamic.Interface
+	runner  *Runner
 }
 
 // under starts a controller, runs every scenario under it, stops it, and
@@ -281,9 +291,10 @@ func (h *harness) ensureNamespace(ctx context.Context, name string) error {
 func (h *harness) freshNamespace(ctx context.Context, ns string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		_, err := h.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		_, err := h.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+			Labels: map[string]string{RunLabel: "true"}}}, metav1.CreateOptions{})
 		if err == nil {
-			return nil
+			return h.webhook.waitServed(ctx, h.dyn, ns)
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create namespace %s: %w", ns, err)
@@ -376,7 +387,7 @@ func compareRuns(s *Scenario, kv, ours sideRun, known []Difference) Result {
 		}
 		a := (&Normalizer{GeneratedName: GeneratedName, Namespace: kv.namespace}).Normalize(t.Objects)
 		b := (&Normalizer{GeneratedName: GeneratedName, Namespace: ours.namespace}).Normalize(c.Objects)
-		res.Checkpoints = append(res.Checkpoints, CheckpointResult{Name: c.Checkpoint, Comparison: Compare(a, b, known)})
+		res.Checkpoints = append(res.Checkpoints, CheckpointResult{Name: c.Checkpoint, Comparison: Compare(a, b, known), KubeVirt: a, Ours: b})
 	}
 	return res
 }

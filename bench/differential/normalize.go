@@ -116,11 +116,14 @@ var (
 	// macAddress: the simulated virt-handler reports a random MAC where
 	// the VMI asks for none, as libvirt picks one.
 	macAddress = regexp.MustCompile(`\b[0-9a-f]{2}(:[0-9a-f]{2}){5}\b`)
+	// uid: the UID of an object the capture does not hold (a VMI a VM
+	// deleted and created again, named by its events).
+	uid = regexp.MustCompile(`\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
 )
 
-// numberPlaces gives each node name, IP and MAC address found in objs a token,
-// numbered in the order they first appear, objects taken by kind and
-// name, an object's fields in key order: "the node the first VMI runs on"
+// numberPlaces gives each node name, IP and MAC address, and UID of an
+// object not captured, found in objs a token, numbered in the order they
+// first appear, objects taken by kind and name, an object's fields in key order: "the node the first VMI runs on"
 // is the same token in both runs, whichever node the scheduler picked,
 // and a pod and its VMI that agree on a node or an address still agree.
 func (n *Normalizer) numberPlaces(objs []*unstructured.Unstructured, names []string) {
@@ -134,7 +137,7 @@ func (n *Normalizer) numberPlaces(objs []*unstructured.Unstructured, names []str
 		}
 		return strings.Compare(names[a], names[b])
 	})
-	nodes, ips, macs := 0, 0, 0
+	nodes, ips, macs, uids := 0, 0, 0, 0
 	visit := func(s string) {
 		for _, m := range nodeName.FindAllString(s, -1) {
 			if _, ok := n.replace[m]; !ok {
@@ -146,6 +149,12 @@ func (n *Normalizer) numberPlaces(objs []*unstructured.Unstructured, names []str
 			if _, ok := n.replace[m]; !ok {
 				ips++
 				n.replace[m] = fmt.Sprintf("<ip#%d>", ips)
+			}
+		}
+		for _, m := range uid.FindAllString(s, -1) {
+			if _, ok := n.replace[m]; !ok {
+				uids++
+				n.replace[m] = fmt.Sprintf("<uid#%d>", uids)
 			}
 		}
 		for _, m := range macAddress.FindAllString(s, -1) {

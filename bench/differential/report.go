@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
 )
 
 // Totals are field counts by outcome, and how many of the fields that are
@@ -140,6 +144,33 @@ func diffsOf(diffs []FieldDiff, kind string) []FieldDiff {
 		}
 	}
 	return out
+}
+
+// Dump writes each checkpoint's normalized objects under both controllers
+// to dir/<scenario>/<checkpoint>.<side>.yaml, for a person to diff.
+func Dump(dir string, results []Result) error {
+	for _, r := range results {
+		sub := filepath.Join(dir, r.Scenario.Name)
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			return err
+		}
+		for _, c := range r.Checkpoints {
+			for side, objs := range map[Side][]Object{KubeVirt: c.KubeVirt, Virtshard: c.Ours} {
+				var docs []map[string]any
+				for _, o := range objs {
+					docs = append(docs, o.Content)
+				}
+				data, err := yaml.Marshal(docs)
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(sub, c.Name+"."+string(side)+".yaml"), data, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // show prints a field's value, or that it is absent.

@@ -8,13 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -22,8 +20,6 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/handler"
-	"github.com/virtshard/virtshard/controllers/apidefaults"
-	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
 
 // Captured are the kinds a checkpoint captures, besides those a scenario
@@ -141,41 +137,11 @@ func (r *Runner) create(ctx context.Context, ns string, obj *unstructured.Unstru
 	if namespaced {
 		obj.SetNamespace(ns)
 	}
-	if gvr == vmis {
-		if obj, err = withAPIDefaults(obj); err != nil {
-			return gvr, false, err
-		}
-	}
 	_, err = r.client(ns, gvr, namespaced).Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		return gvr, false, fmt.Errorf("create %s %s: %w", obj.GetKind(), obj.GetName(), err)
 	}
 	return gvr, namespaced, nil
-}
-
-// withAPIDefaults gives a VMI the defaults virt-api's webhook gives it on
-// create, which the local cluster has no virt-api to give. Its firmware
-// UUID, random in virt-api, is derived from its name, so that both runs
-// create the same VMI.
-func withAPIDefaults(obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	vmi := &virtv1.VirtualMachineInstance{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, vmi); err != nil {
-		return nil, fmt.Errorf("VMI %s: %w", obj.GetName(), err)
-	}
-	if vmi.Spec.Domain.Firmware == nil {
-		vmi.Spec.Domain.Firmware = &virtv1.Firmware{}
-	}
-	if vmi.Spec.Domain.Firmware.UUID == "" {
-		vmi.Spec.Domain.Firmware.UUID = types.UID(uuid.NewSHA1(uuid.NameSpaceOID, []byte("differential/"+vmi.Name)).String())
-	}
-	if err := apidefaults.Apply(vmi, clusterconfig.DefaultConfig("amd64"), metav1.Now()); err != nil {
-		return nil, fmt.Errorf("VMI %s: virt-api would refuse it: %w", obj.GetName(), err)
-	}
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(vmi)
-	if err != nil {
-		return nil, err
-	}
-	return &unstructured.Unstructured{Object: content}, nil
 }
 
 func (r *Runner) patch(ctx context.Context, ns string, p *PatchStep) error {
