@@ -15,10 +15,6 @@ var Known = []Difference{
 		Reason: "a launcher pod carries its VMI's range: its own uid hashes elsewhere (docs/sharding.md)",
 	},
 	{
-		Kind: "Event", Path: "source.component", Outcomes: []Outcome{Differ},
-		Reason: "events come from virtshard-controller; KubeVirt's from virt-controller",
-	},
-	{
 		Kind: "Pod", Path: "metadata.generateName", Outcomes: []Outcome{Missing},
 		Reason: "a launcher pod's name is derived from its VMI, not generated: the API server then refuses a second " +
 			"launcher pod for one VMI, even from two replicas that both think they hold its range (docs/architecture.md)",

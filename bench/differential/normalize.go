@@ -201,6 +201,9 @@ func (n *Normalizer) numberGenerated(objs []*unstructured.Unstructured, names []
 		}
 		if stem, ok := n.GeneratedName(obj); ok {
 			stem = n.plainText(stem)
+			if obj.GetKind() == "Event" {
+				stem = goneLaunchers(stem)
+			}
 			byStem[stem] = append(byStem[stem], i)
 		}
 	}
@@ -294,7 +297,50 @@ func (n *Normalizer) text(s string) string {
 			s = strings.ReplaceAll(s, k, n.replace[k])
 		}
 	}
-	return s
+	return goneLaunchers(s)
+}
+
+// GoneLauncherToken stands for a launcher pod the capture does not hold,
+// which events still name: KubeVirt's generated name and virtshard's
+// derived one are not the same text, and nothing left tells the runs'
+// pods apart but the events' own order.
+const GoneLauncherToken = "<virt-launcher-gone>"
+
+var (
+	rawLauncher      = regexp.MustCompile(`\bvirt-launcher-[a-z0-9.-]*[a-z0-9]\b`)
+	derivedFromKnown = regexp.MustCompile(`^-[a-z0-9]{5}\b`)
+)
+
+// goneLaunchers replaces the launcher pod names left in s once the known
+// ones were replaced by tokens: those of pods that are gone, as KubeVirt
+// generated them, or as virtshard derived them from a pod still there (a
+// migration target's name is its source pod's and a suffix). Text within
+// tokens stays.
+func goneLaunchers(s string) string {
+	if !strings.Contains(s, "virt-launcher-") {
+		return s
+	}
+	var b strings.Builder
+	for s != "" {
+		open := strings.IndexByte(s, '<')
+		if open < 0 {
+			b.WriteString(rawLauncher.ReplaceAllString(s, GoneLauncherToken))
+			break
+		}
+		b.WriteString(rawLauncher.ReplaceAllString(s[:open], GoneLauncherToken))
+		end := strings.IndexByte(s[open:], '>')
+		if end < 0 {
+			b.WriteString(s[open:])
+			break
+		}
+		token, rest := s[open:open+end+1], s[open+end+1:]
+		if strings.HasPrefix(token, "<virt-launcher-") && derivedFromKnown.MatchString(rest) {
+			token, rest = GoneLauncherToken, rest[len("-12345"):]
+		}
+		b.WriteString(token)
+		s = rest
+	}
+	return b.String()
 }
 
 // isTime reports whether s is a timestamp as the API writes them.

@@ -153,3 +153,20 @@ func TestNodesAndAddressesAreNumberedNotNamed(t *testing.T) {
 		t.Errorf("a VMI on another node than its pod normalizes like one on its pod's node: %v", c)
 	}
 }
+
+// A launcher pod that is gone is named by events only: KubeVirt's
+// generated name and virtshard's derived one become one token, and the
+// tokens of pods still there stay whole.
+func TestGoneLauncherPodsShareOneToken(t *testing.T) {
+	for in, want := range map[string]string{
+		"Created virtual machine pod virt-launcher-crashy-wcnds":     "Created virtual machine pod " + GoneLauncherToken,
+		"Created migration target pod <virt-launcher-a-pod#1>-15add": "Created migration target pod " + GoneLauncherToken,
+		"Created virtual machine pod <virt-launcher-a-pod#1>":        "Created virtual machine pod <virt-launcher-a-pod#1>",
+		"<uid:Pod/virt-launcher-a-pod#1>":                            "<uid:Pod/virt-launcher-a-pod#1>",
+		"image quay.io/kubevirt/virt-launcher:v1.8.1":                "image quay.io/kubevirt/virt-launcher:v1.8.1",
+	} {
+		if got := goneLaunchers(in); got != want {
+			t.Errorf("goneLaunchers(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -43,14 +43,14 @@ const webhookName = "virtshard-differential"
 // create-time defaults (controllers/apidefaults, held against KubeVirt's
 // own mutator by the conformance tests), a migration its selector label
 // and finalizer (migration-create-mutator.go), a VM its firmware UUID
-// (vm-mutator.go). Without it, each controller would meet objects no
-// KubeVirt cluster has: KubeVirt's VM controller creates VMIs that virt-api
-// finalizes and defaults.
+// and PCI topology version (vm-mutator.go). Without it, each controller
+// would meet objects no KubeVirt cluster has: KubeVirt's VM controller
+// creates VMIs that virt-api finalizes and defaults.
 //
 // virt-api draws firmware UUIDs at random; here a UUID is derived from the
 // object's namespace-free name, so that both runs create the same objects.
-// virt-api's VM defaults beyond the UUID (SetVirtualMachineDefaults) are
-// not played: both controllers meet a VM as written.
+// virt-api's other VM defaults (SetVirtualMachineDefaults) are not
+// played: both controllers meet a VM as written.
 type apiWebhook struct {
 	kube   kubernetes.Interface
 	server *http.Server
@@ -217,6 +217,9 @@ func mutate(resource string, raw []byte) ([]byte, error) {
 		}
 		if vm.Spec.Template.Spec.Domain.Firmware.UUID == "" {
 			vm.Spec.Template.Spec.Domain.Firmware.UUID = derivedUUID("vm", vm.Name)
+		}
+		if _, set := vm.Spec.Template.ObjectMeta.Annotations[virtv1.PciTopologyVersionAnnotation]; !set {
+			metav1.SetMetaDataAnnotation(&vm.Spec.Template.ObjectMeta, virtv1.PciTopologyVersionAnnotation, virtv1.PciTopologyVersionV3)
 		}
 		fields = map[string]any{"spec": vm.Spec}
 	default:

@@ -59,7 +59,7 @@ var PDBs = caches.Kind[*policyv1.PodDisruptionBudget]{
 // Declare declares the controller; KubeVirt runs it with 3 threads
 // (defaultControllerThreads).
 func Declare() sharded.Declaration {
-	return sharded.Declaration{Name: "disruption-budget", Workers: 3, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+	return sharded.Declaration{Name: "disruption-budget", Workers: 3, EventSource: "disruptionbudget-controller", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
 		return newController(env, rt).declare(), nil
 	}}
 }

@@ -9,15 +9,17 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// Component is the source of the events virtshard records, as one
-// virt-controller's are one source.
+// Component is the source of the events of a controller that names none
+// of its own (For).
 const Component = "virtshard-controller"
 
-// Recorder is a replica's one event recorder: every controller records
-// through it, and one Sink writes what they record.
+// Recorder is a replica's event recorder: every controller records through
+// it, or through one of its sources (For), and one Sink writes what they
+// record.
 type Recorder struct {
 	record.EventRecorder
 	broadcaster record.EventBroadcaster
+	scheme      *runtime.Scheme
 	sink        *Sink
 }
 
@@ -29,8 +31,17 @@ func NewRecorder(ctx context.Context, scheme *runtime.Scheme, events typedcorev1
 	return &Recorder{
 		EventRecorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: Component}),
 		broadcaster:   broadcaster,
+		scheme:        scheme,
 		sink:          Start(ctx, broadcaster, events, opts),
 	}
+}
+
+// For records events as coming from component, through the same sink:
+// KubeVirt's virt-controller names each controller's events
+// (application.go, newRecorder), and tools that select events by their
+// source find virtshard's under the same names.
+func (r *Recorder) For(component string) record.EventRecorder {
+	return r.broadcaster.NewRecorder(r.scheme, corev1.EventSource{Component: component})
 }
 
 // Stop stops taking events and, once ctx is done, waits for the sink's

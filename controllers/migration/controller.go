@@ -67,7 +67,7 @@ func (o *Options) Validate() error {
 
 // Declare declares the migration controller to the replica.
 func Declare(opts Options) sharded.Declaration {
-	return sharded.Declaration{Name: "migration", Workers: 8, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+	return sharded.Declaration{Name: "migration", Workers: 8, EventSource: "virtualmachine-controller", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
 		c, err := newController(env, rt, opts)
 		if err != nil {
 			return nil, err

@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -79,9 +80,13 @@ func (o *Options) Validate() error {
 	return nil
 }
 
+// evacuationEventSource is the source of KubeVirt's evacuation events
+// (application.go, initEvacuationController).
+const evacuationEventSource = "evacuation-controller"
+
 // Declare declares the node controller to the replica.
 func Declare(opts Options) sharded.Declaration {
-	return sharded.Declaration{Name: "node", Workers: 8, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+	return sharded.Declaration{Name: "node", Workers: 8, EventSource: "node-controller", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
 		c, err := newController(env, rt, opts)
 		if err != nil {
 			return nil, err
@@ -95,6 +100,9 @@ type Controller struct {
 	env  *sharded.Env
 	opts Options
 	rt   *sharded.Runtime
+	// evacuations records the evacuation events, which KubeVirt's own
+	// evacuation controller records as evacuation-controller.
+	evacuations record.EventRecorder
 }
 
 func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) (*Controller, error) {
@@ -104,7 +112,11 @@ func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) (*Contro
 	if env.ClusterConfig == nil {
 		return nil, errors.New("no cluster configuration")
 	}
-	return &Controller{env: env, opts: opts, rt: rt}, nil
+	evacuations := env.Recorder
+	if env.RecorderFor != nil {
+		evacuations = env.RecorderFor(evacuationEventSource)
+	}
+	return &Controller{env: env, opts: opts, rt: rt, evacuations: evacuations}, nil
 }
 
 // declare is what the runtime runs. Nodes are not sharded: every replica
@@ -298,10 +310,10 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 			continue // another replica's now, or one that holds it created it
 		}
 		if err != nil {
-			c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
+			c.evacuations.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
 			return fmt.Errorf("create evacuation migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
-		c.env.Recorder.Eventf(vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created evacuation migration %s off node %s", created.Name, node.Name)
+		c.evacuations.Eventf(vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created evacuation migration %s off node %s", created.Name, node.Name)
 	}
 	return nil
 }

@@ -31,6 +31,10 @@ type Declaration struct {
 	Name string
 	// Workers is how many of its items are reconciled at once, by default.
 	Workers int
+	// EventSource is the source component of its events: the one KubeVirt
+	// v1.8.1's virt-controller records this controller's under
+	// (application.go), such as virtualmachine-controller.
+	EventSource string
 	// New builds the controller on the replica's environment; rt is its
 	// runtime: its queue and fenced writer.
 	New func(env *Env, rt *Runtime) (*Controller, error)
@@ -139,6 +143,11 @@ func OnInformer[T metav1.Object](informer func() cache.SharedIndexInformer, e Ev
 // Start registers the controller's watches with the range caches, which
 // then hand it ranges. Call it for every controller before the caches run.
 func (r *Runtime) Start(env *Env, decl Declaration) error {
+	if decl.EventSource != "" && env.RecorderFor != nil {
+		own := *env
+		own.Recorder = env.RecorderFor(decl.EventSource)
+		env = &own
+	}
 	ctrl, err := decl.New(env, r)
 	if err != nil {
 		return fmt.Errorf("%s controller: %w", decl.Name, err)

@@ -40,6 +40,10 @@ type Env struct {
 	ReplicaNamespace, Name string
 
 	Recorder record.EventRecorder
+	// RecorderFor, when set, records events under a source component of
+	// their own: the runtime gives a controller that declares an
+	// EventSource its Recorder from it.
+	RecorderFor func(component string) record.EventRecorder
 	// Registry receives the controllers' own metrics.
 	Registry prometheus.Registerer
 	// Clock drives time-driven state; nil means the real clock.

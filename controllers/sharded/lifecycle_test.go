@@ -3,6 +3,7 @@ package sharded_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
@@ -101,5 +103,19 @@ func TestAConfigChangeQueuesTheItemsOnConfigNames(t *testing.T) {
 	config.Set(clusterconfig.DefaultConfig("amd64"))
 	if n := f.Runtime.Len(); n != 1 {
 		t.Errorf("%d items queued after a change, want the one OnConfig names", n)
+	}
+}
+
+// A controller that declares an event source records under it, as each of
+// KubeVirt's controllers records under its own.
+func TestADeclaredEventSourceIsTheControllersRecorder(t *testing.T) {
+	var got record.EventRecorder
+	f := shardedtest.Start(t, sharded.Declaration{Name: "sourced", EventSource: "virtualmachine-controller",
+		New: func(env *sharded.Env, _ *sharded.Runtime) (*sharded.Controller, error) {
+			got = env.Recorder
+			return &sharded.Controller{Sync: func(context.Context, sharded.Item) (time.Duration, error) { return 0, nil }}, nil
+		}}, shardedtest.Cluster{})
+	if !slices.Equal(f.EventSources, []string{"virtualmachine-controller"}) || got == nil {
+		t.Errorf("event sources asked %v (recorder %v), want virtualmachine-controller's", f.EventSources, got)
 	}
 }

@@ -42,7 +42,7 @@ func (o *Options) Validate() error {
 
 // Declare declares the VM controller to the replica.
 func Declare(opts Options) sharded.Declaration {
-	return sharded.Declaration{Name: "vm", Workers: 8, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+	return sharded.Declaration{Name: "vm", Workers: 8, EventSource: "virtualmachine-controller", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
 		return newController(env, rt, opts).declare(), nil
 	}}
 }

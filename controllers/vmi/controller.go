@@ -67,7 +67,7 @@ func (o *Options) Validate() error {
 
 // Declare declares the VMI controller to the replica.
 func Declare(opts Options) sharded.Declaration {
-	return sharded.Declaration{Name: "vmi", Workers: 8, New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
+	return sharded.Declaration{Name: "vmi", Workers: 8, EventSource: "virtualmachine-controller", New: func(env *sharded.Env, rt *sharded.Runtime) (*sharded.Controller, error) {
 		c := newController(env, rt, opts, NewMetrics(env.Registry), status.NewMetrics(env.Registry))
 		RegisterGauges(env.Registry, c)
 		return c.declare(), nil

@@ -82,7 +82,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Ranges: ranges, Caches: rangeCaches, Objects: caches.NewTemplateObjects(c.kube, c.meta, c.dyn, o.Watch),
 		ClusterConfig: clusterConfig, Template: tmpl,
 		ReplicaNamespace: o.Namespace, Name: o.Name,
-		Recorder: recorder, Registry: registry, Clock: clock.RealClock{},
+		Recorder: recorder, RecorderFor: recorder.For, Registry: registry, Clock: clock.RealClock{},
 	}
 	ctrls, err := o.startControllers(env, manager, sharded.NewMetrics(registry))
 	if err != nil {

@@ -132,7 +132,10 @@ type Fixture struct {
 	Ranges   shard.Ranges
 	Fence    *Fence
 	Recorder *record.FakeRecorder
-	Env      *sharded.Env
+	// EventSources are the sources the controller's events were asked to
+	// come from (Env.RecorderFor); all of them record into Recorder.
+	EventSources []string
+	Env          *sharded.Env
 	Runtime  *sharded.Runtime
 }
 
@@ -190,6 +193,10 @@ func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
 		Ranges: f.Ranges, Caches: rangeCaches, Objects: objects, ClusterConfig: config, Template: template.DefaultOptions(),
 		ReplicaNamespace: "virtshard", Name: "virtshard",
 		Recorder: f.Recorder, Registry: prometheus.NewRegistry(), Clock: clk,
+		RecorderFor: func(component string) record.EventRecorder {
+			f.EventSources = append(f.EventSources, component)
+			return f.Recorder
+		},
 	}
 	f.Runtime = sharded.New(sharded.Config{Name: decl.Name, Ranges: f.Ranges.Count(), Fence: f.Fence, Clock: clk})
 	if err := f.Runtime.Start(f.Env, decl); err != nil {
