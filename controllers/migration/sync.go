@@ -148,7 +148,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			if reason, message := c.refuse(s); reason != "" {
 				return 0, c.failAndFinish(ctx, it, s, reason, message)
 			}
-			if err := c.patchFinalizers(ctx, it, m, patch.AddFinalizer(m, Finalizer)); err != nil {
+			if err := c.patchFinalizers(ctx, it, m, patch.Manage(m, Finalizer)); err != nil {
 				return 0, err
 			}
 			m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{SourceNode: vmi.Status.NodeName, MigrationUID: m.UID}

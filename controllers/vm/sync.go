@@ -142,7 +142,7 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 		}
 		return 0, nil // the VMI is going away
 	}
-	if err := c.patchVMFinalizers(ctx, it, vm, patch.AddFinalizer(vm, virtv1.VirtualMachineControllerFinalizer)); err != nil {
+	if err := c.patchVMFinalizers(ctx, it, vm, patch.Manage(vm, virtv1.VirtualMachineControllerFinalizer)); err != nil {
 		return 0, err
 	}
 	start, stop := c.requests(o)

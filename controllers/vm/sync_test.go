@@ -49,7 +49,8 @@ func (f *fixture) sync(t *testing.T, vm *virtv1.VirtualMachine) {
 func newVM(strategy virtv1.VirtualMachineRunStrategy) *virtv1.VirtualMachine {
 	return &virtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm", UID: "vm-uid", ResourceVersion: "5",
-			Finalizers: []string{virtv1.VirtualMachineControllerFinalizer}},
+			Finalizers: []string{virtv1.VirtualMachineControllerFinalizer}, Annotations: map[string]string{
+				virtv1.ControllerAPILatestVersionObservedAnnotation: virtv1.ApiLatestVersion, virtv1.ControllerAPIStorageVersionObservedAnnotation: virtv1.ApiStorageVersion}},
 		Spec: virtv1.VirtualMachineSpec{RunStrategy: ptr.To(strategy), Template: &virtv1.VirtualMachineInstanceTemplateSpec{
 			Spec: virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},

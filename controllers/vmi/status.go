@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/controllers/vmistatus"
@@ -126,7 +127,7 @@ func notSynchronized(reason, message string, at metav1.Time) mutation {
 			Reason:             reason,
 			Message:            message,
 		})
-		return !equality.Semantic.DeepEqual(before, &v.Status)
+		return observedIfChanged(v, before)
 	}
 }
 
@@ -163,8 +164,19 @@ func waitForDataVolumes(dvs []dataVolume, pods []*corev1.Pod, temp *corev1.Pod, 
 			vmistatus.RecordPhase(v, virtv1.Failed, at)
 			v.Status.Phase = virtv1.Failed
 		}
-		return !equality.Semantic.DeepEqual(before, &v.Status)
+		return observedIfChanged(v, before)
 	}
+}
+
+// observedIfChanged reports whether v's status differs from before, and
+// then records the API version on v, as KubeVirt's first write of a VMI
+// does (patch.ObserveAPIVersion).
+func observedIfChanged(v *virtv1.VirtualMachineInstance, before *virtv1.VirtualMachineInstanceStatus) bool {
+	if equality.Semantic.DeepEqual(before, &v.Status) {
+		return false
+	}
+	patch.ObserveAPIVersion(v)
+	return true
 }
 
 // toScheduling: the launcher pod exists (created at at). The status is
@@ -178,6 +190,7 @@ func toScheduling(o observed, at metav1.Time) mutation {
 			return false
 		}
 		ensureFinalizer(v)
+		patch.ObserveAPIVersion(v)
 		vmistatus.RecordPhase(v, virtv1.Pending, v.CreationTimestamp)
 		vmistatus.RecordPhase(v, virtv1.Scheduling, at)
 		v.Status.Phase = virtv1.Scheduling
@@ -225,6 +238,7 @@ func toScheduled(o observed, at metav1.Time) mutation {
 		}
 		pod := o.pod
 		ensureFinalizer(v)
+		patch.ObserveAPIVersion(v)
 		vmistatus.RecordPhase(v, virtv1.Pending, v.CreationTimestamp)
 		vmistatus.RecordPhase(v, virtv1.Scheduling, pod.CreationTimestamp)
 		vmistatus.RecordPhase(v, virtv1.Scheduled, at)
@@ -255,6 +269,7 @@ func toFailed(reason, message string, at metav1.Time) mutation {
 		if !vmistatus.Fail(v, at) {
 			return false
 		}
+		patch.ObserveAPIVersion(v)
 		vmistatus.SetCondition(v, virtv1.VirtualMachineInstanceCondition{
 			Type:               virtv1.VirtualMachineInstanceSynchronized,
 			Status:             corev1.ConditionFalse,
