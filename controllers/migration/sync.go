@@ -43,6 +43,9 @@ const (
 	eventSucceeded         = "SuccessfulMigration"
 	eventSuccessfulCreate  = "SuccessfulCreate"
 	eventSuccessfulHandOff = "SuccessfulHandOver"
+	// eventTargetPodUnschedulable is KubeVirt's
+	// controller.MigrationTargetPodUnschedulable.
+	eventTargetPodUnschedulable = "migrationTargetPodUnschedulable"
 )
 
 // state is what one sync sees.
@@ -133,9 +136,9 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 		case vmi.IsFinal() || vmi.DeletionTimestamp != nil:
 			return 0, c.failAndFinish(ctx, it, s, ReasonVMIGone, "the VMI shut down during the migration")
 		case s.pod == nil:
-			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, "the target pod was removed")
+			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, msgTargetPodRemoved)
 		case s.pod.Status.Phase == corev1.PodFailed || s.pod.DeletionTimestamp != nil:
-			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, "the target pod shut down")
+			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, msgTargetPodShutDown)
 		case handedOff && ms.Failed:
 			return 0, c.failAndFinish(ctx, it, s, ReasonNodeFailed, "the source node reported the migration failed")
 		}
@@ -176,6 +179,11 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			if podReady(s.pod) {
 				next = virtv1.MigrationScheduled
 				break
+			}
+			if pendingUnschedulable(s.pod) {
+				// KubeVirt's handlePendingPodTimeout says so on every sync.
+				c.env.Recorder.Eventf(m, corev1.EventTypeWarning, eventTargetPodUnschedulable,
+					"Migration target pod for VMI [%s/%s] is currently unschedulable.", vmi.Namespace, vmi.Name)
 			}
 			reason, message, left := c.podTimedOut(s.pod)
 			if reason != "" {
@@ -290,6 +298,20 @@ func (c *Controller) podTimedOut(pod *corev1.Pod) (reason, message string, left 
 	return "", "", left
 }
 
+// pendingUnschedulable reports whether the scheduler found no node for
+// pod.
+func pendingUnschedulable(pod *corev1.Pod) bool {
+	if pod == nil || pod.Status.Phase != corev1.PodPending || pod.DeletionTimestamp != nil {
+		return false
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
 func podReady(pod *corev1.Pod) bool {
 	if pod == nil || pod.Status.Phase != corev1.PodRunning {
 		return false
@@ -341,7 +363,7 @@ func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMach
 	if err != nil {
 		return fmt.Errorf("hand migration %s to the nodes: %w", it.Key, err)
 	}
-	c.env.Recorder.Eventf(m, corev1.EventTypeNormal, eventSuccessfulHandOff, "Migration target pod %s on node %s handed over to the node agents", pod.Name, pod.Spec.NodeName)
+	c.env.Recorder.Event(m, corev1.EventTypeNormal, eventSuccessfulHandOff, "Migration target pod is ready for preparation by virt-handler.")
 	return nil
 }
 
@@ -418,11 +440,40 @@ func (c *Controller) writeStatus(ctx context.Context, it item, m *virtv1.Virtual
 	return nil
 }
 
+// Messages of the two ways a target pod goes.
+const (
+	msgTargetPodRemoved  = "the target pod was removed"
+	msgTargetPodShutDown = "the target pod shut down"
+)
+
+// failureEvents are the messages of KubeVirt's FailedMigration events
+// (watch/migration/migration.go: sync, updateStatus), by the failure they
+// report; a failure KubeVirt reports otherwise says its reason and message.
+var failureEvents = map[string]string{
+	ReasonDeleted:        "Migration failed due to being canceled",
+	ReasonVMINotFound:    "Migration failed because vmi does not exist.",
+	ReasonVMIGone:        "Migration failed vmi shutdown during migration.",
+	ReasonNodeFailed:     "source node reported migration failed",
+	ReasonInProgress:     "VMI is not eligible for migration because another migration job is in progress.",
+	msgTargetPodRemoved:  "Migration target pod was removed during active migration.",
+	msgTargetPodShutDown: "Migration failed because target pod shutdown during migration",
+}
+
+func failureEvent(reason, message string) string {
+	if e, ok := failureEvents[message]; ok {
+		return e
+	}
+	if e, ok := failureEvents[reason]; ok {
+		return e
+	}
+	return reason + ": " + message
+}
+
 // failAndFinish records a failure and ends the migration.
 func (c *Controller) failAndFinish(ctx context.Context, it item, s state, reason, message string) error {
 	m := s.m
 	klog.FromContext(ctx).V(2).Info("Migration failed", "migration", klog.KObj(m), "reason", reason)
-	c.env.Recorder.Eventf(m, corev1.EventTypeWarning, eventFailedMigration, "%s: %s", reason, message)
+	c.env.Recorder.Event(m, corev1.EventTypeWarning, eventFailedMigration, failureEvent(reason, message))
 	setPhase(m, virtv1.MigrationFailed)
 	if m.Status.MigrationState == nil {
 		m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.UID}
@@ -436,6 +487,16 @@ func (c *Controller) failAndFinish(ctx context.Context, it item, s state, reason
 		return err
 	}
 	return c.finish(ctx, it, s)
+}
+
+// migrationCanceled reports whether m failed because it was deleted.
+func migrationCanceled(m *virtv1.VirtualMachineInstanceMigration) bool {
+	for _, c := range m.Status.Conditions {
+		if c.Type == ConditionFailed && c.Reason == ReasonDeleted {
+			return true
+		}
+	}
+	return false
 }
 
 // finish cleans up after a final migration: the target pod of a failed
@@ -452,7 +513,12 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete target pod of migration %s: %w", it.Key, err)
 		}
-		c.env.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
+		if migrationCanceled(m) {
+			// KubeVirt's handlePreHandoffMigrationCancel.
+			c.env.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "migration canceled and pod %s/%s is deleted", s.pod.Namespace, s.pod.Name)
+		} else {
+			c.env.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
+		}
 	}
 	if err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error { return c.permits.Release(ctx, m.UID) }); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // Reasons of the VM's own conditions.
@@ -143,46 +146,69 @@ func stateChangeRequests(o observed) []virtv1.VirtualMachineStateChangeRequest {
 	return reqs
 }
 
-// conditions mirrors the VMI's conditions; Ready is always there (False
-// without a VMI), and Failure says why the controller could not act.
+// conditions are the VM's conditions after a sync, as KubeVirt's
+// syncConditions (watch/vm/vm.go) leaves them. A condition is replaced
+// only when its status or reason changes, and otherwise kept as it was,
+// times and message included (KubeVirt's UpdateCondition); new ones are
+// appended. Ready is the VMI's, or False with VMINotExists (probed now)
+// or VMIConditionMissing; Failure says why the controller could not act.
+// The VMI's other conditions are mirrored, and those the VMI no longer
+// has dropped, but only while there is a VMI: a stopped VM keeps what its
+// last VMI reported, as KubeVirt's does.
 func conditions(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, syncErr *syncError, now metav1.Time) []virtv1.VirtualMachineCondition {
-	var out []virtv1.VirtualMachineCondition
-	ready := false
-	if vmi != nil {
-		for _, vc := range vmi.Status.Conditions {
-			out = append(out, virtv1.VirtualMachineCondition{
-				Type: virtv1.VirtualMachineConditionType(vc.Type), Status: vc.Status, Reason: vc.Reason, Message: vc.Message,
-				LastProbeTime: vc.LastProbeTime, LastTransitionTime: vc.LastTransitionTime,
-			})
-			ready = ready || vc.Type == virtv1.VirtualMachineInstanceReady
+	out := slices.Clone(vm.Status.Conditions)
+	update := func(cond virtv1.VirtualMachineCondition) {
+		i := slices.IndexFunc(out, func(c virtv1.VirtualMachineCondition) bool { return c.Type == cond.Type })
+		switch {
+		case i < 0:
+			out = append(out, cond)
+		case out[i].Status != cond.Status || out[i].Reason != cond.Reason:
+			out[i] = cond
 		}
 	}
-	if !ready {
-		reason, message := ReasonVMINotExists, "VMI does not exist"
-		if vmi != nil {
-			reason, message = ReasonVMIConditionMissing, "VMI is missing the Ready condition"
+	mirror := func(vc virtv1.VirtualMachineInstanceCondition) virtv1.VirtualMachineCondition {
+		return virtv1.VirtualMachineCondition{
+			Type: virtv1.VirtualMachineConditionType(vc.Type), Status: vc.Status, Reason: vc.Reason, Message: vc.Message,
+			LastProbeTime: vc.LastProbeTime, LastTransitionTime: vc.LastTransitionTime,
 		}
-		out = append(out, since(vm, virtv1.VirtualMachineCondition{
-			Type: virtv1.VirtualMachineReady, Status: corev1.ConditionFalse, Reason: reason, Message: message,
-		}, now))
+	}
+
+	var ready *virtv1.VirtualMachineInstanceCondition
+	if vmi != nil {
+		ready = vmistatus.Condition(vmi, virtv1.VirtualMachineInstanceReady)
+	}
+	switch {
+	case vmi == nil:
+		update(virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineReady, Status: corev1.ConditionFalse,
+			Reason: ReasonVMINotExists, Message: "VMI does not exist", LastProbeTime: now, LastTransitionTime: now})
+	case ready == nil:
+		update(virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineReady, Status: corev1.ConditionFalse,
+			Reason: ReasonVMIConditionMissing, Message: "VMI is missing the Ready condition", LastProbeTime: now, LastTransitionTime: now})
+	default:
+		update(mirror(*ready))
 	}
 	if syncErr != nil {
-		out = append(out, since(vm, virtv1.VirtualMachineCondition{
-			Type: virtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: syncErr.reason, Message: syncErr.message,
-		}, now))
+		update(virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineFailure, Status: corev1.ConditionTrue,
+			Reason: syncErr.reason, Message: syncErr.message, LastTransitionTime: now})
+	} else {
+		out = slices.DeleteFunc(out, func(c virtv1.VirtualMachineCondition) bool { return c.Type == virtv1.VirtualMachineFailure })
 	}
-	return out
-}
+	if vmi == nil {
+		return out
+	}
 
-// since keeps the transition time of a condition that did not change.
-func since(vm *virtv1.VirtualMachine, cond virtv1.VirtualMachineCondition, now metav1.Time) virtv1.VirtualMachineCondition {
-	cond.LastTransitionTime = now
-	for _, old := range vm.Status.Conditions {
-		if old.Type == cond.Type && old.Status == cond.Status && old.Reason == cond.Reason {
-			cond.LastTransitionTime = old.LastTransitionTime
+	// Conditions the VM keeps for itself, not mirrored from the VMI.
+	own := func(t virtv1.VirtualMachineConditionType) bool {
+		return t == virtv1.VirtualMachineReady || t == virtv1.VirtualMachineFailure || t == virtv1.VirtualMachineRestartRequired
+	}
+	mirrored := map[virtv1.VirtualMachineConditionType]bool{}
+	for _, vc := range vmi.Status.Conditions {
+		if t := virtv1.VirtualMachineConditionType(vc.Type); !own(t) {
+			mirrored[t] = true
+			update(mirror(vc))
 		}
 	}
-	return cond
+	return slices.DeleteFunc(out, func(c virtv1.VirtualMachineCondition) bool { return !own(c.Type) && !mirrored[c.Type] })
 }
 
 // printableStatus is KubeVirt's one-word summary, checked in its order.

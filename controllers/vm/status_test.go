@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -220,5 +221,49 @@ func TestNewVMIIsTheTemplateStampedWithTheVMsRange(t *testing.T) {
 	}
 	if _, err := newVMI(&virtv1.VirtualMachine{}, 0); err == nil {
 		t.Error("a VM without a template gave a VMI")
+	}
+}
+
+// The VM's conditions follow KubeVirt's syncConditions: kept as they were
+// while their status and reason hold, those of the last VMI kept once it
+// is gone, dropped when a VMI no longer reports them.
+func TestConditionsAreUpdatedAsKubeVirtUpdatesThem(t *testing.T) {
+	earlier, now := metav1.NewTime(time.Unix(100, 0)), metav1.NewTime(time.Unix(200, 0))
+	vmCond := func(typ virtv1.VirtualMachineConditionType, status corev1.ConditionStatus, reason string, at metav1.Time) virtv1.VirtualMachineCondition {
+		return virtv1.VirtualMachineCondition{Type: typ, Status: status, Reason: reason, LastTransitionTime: at}
+	}
+	vmiCond := func(typ virtv1.VirtualMachineInstanceConditionType, status corev1.ConditionStatus, reason string, at metav1.Time) virtv1.VirtualMachineInstanceCondition {
+		return virtv1.VirtualMachineInstanceCondition{Type: typ, Status: status, Reason: reason, LastTransitionTime: at}
+	}
+	running := &virtv1.VirtualMachine{Status: virtv1.VirtualMachineStatus{Conditions: []virtv1.VirtualMachineCondition{
+		vmCond(virtv1.VirtualMachineReady, corev1.ConditionTrue, "", earlier),
+		vmCond("LiveMigratable", corev1.ConditionTrue, "", earlier),
+	}}}
+	for _, tc := range []struct {
+		name string
+		vm   *virtv1.VirtualMachine
+		vmi  *virtv1.VirtualMachineInstance
+		want []virtv1.VirtualMachineCondition
+	}{
+		{"a stopped VM keeps its last VMI's conditions and probes Ready now", running, nil, []virtv1.VirtualMachineCondition{
+			{Type: virtv1.VirtualMachineReady, Status: corev1.ConditionFalse, Reason: ReasonVMINotExists, Message: "VMI does not exist",
+				LastProbeTime: now, LastTransitionTime: now},
+			vmCond("LiveMigratable", corev1.ConditionTrue, "", earlier),
+		}},
+		{"an unchanged condition keeps its time, a gone one is dropped, a new one appended", running,
+			&virtv1.VirtualMachineInstance{Status: virtv1.VirtualMachineInstanceStatus{Conditions: []virtv1.VirtualMachineInstanceCondition{
+				vmiCond(virtv1.VirtualMachineInstanceReady, corev1.ConditionTrue, "", now),
+				vmiCond(virtv1.VirtualMachineInstancePaused, corev1.ConditionTrue, "PausedByUser", now),
+			}}},
+			[]virtv1.VirtualMachineCondition{
+				vmCond(virtv1.VirtualMachineReady, corev1.ConditionTrue, "", earlier),
+				vmCond(virtv1.VirtualMachinePaused, corev1.ConditionTrue, "PausedByUser", now),
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := conditions(tc.vm, tc.vmi, nil, now); !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("conditions\n%+v\nwant\n%+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -155,7 +155,9 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 			return c.startAfterBackoff(ctx, it, vm)
 		}
 	case virtv1.RunStrategyRerunOnFailure:
-		if alive && (vmi.Status.Phase == virtv1.Failed || stop) {
+		// A VMI that ended is deleted either way, as KubeVirt's does; only
+		// a failed one is started again (status.go adds its Start).
+		if alive && (vmi.IsFinal() || stop) {
 			return 0, c.deleteVMI(ctx, it, vm, vmi)
 		}
 		// Started once the strategy is (newly) RerunOnFailure, and again

@@ -102,6 +102,37 @@ func TestSyncStopsAHaltedVMWithTheVMIsUID(t *testing.T) {
 	}
 }
 
+// RerunOnFailure deletes a VMI that ended, as KubeVirt's does; only a
+// failed one gets a Start request to run again.
+func TestSyncOfRerunOnFailureDeletesAnEndedVMIAndRestartsOnlyAFailedOne(t *testing.T) {
+	for _, tc := range []struct {
+		phase   virtv1.VirtualMachineInstancePhase
+		restart bool
+	}{{virtv1.Succeeded, false}, {virtv1.Failed, true}} {
+		t.Run(string(tc.phase), func(t *testing.T) {
+			vm := newVM(virtv1.RunStrategyRerunOnFailure)
+			vm.Status.RunStrategy = virtv1.RunStrategyRerunOnFailure
+			vmi := vmiOf(t, vm, shardedtest.Ranges(t).Of(vm))
+			vmi.Status.Phase = tc.phase
+			f := newFixture(t, vm, vmi)
+			f.sync(t, vm)
+			got := kvfake.Writes(f.KubeVirt.Actions())
+			if len(got) == 0 || got[0] != "delete virtualmachineinstances" {
+				t.Fatalf("writes %q, want the %s VMI deleted first", got, tc.phase)
+			}
+			updated, err := f.KubeVirt.VirtualMachines(vm.Namespace).Get(context.Background(), vm.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := updated.Status.StateChangeRequests
+			restart := len(reqs) > 0 && reqs[0].Action == virtv1.StartRequest
+			if restart != tc.restart {
+				t.Errorf("state change requests %+v after a %s VMI, want a Start: %v", reqs, tc.phase, tc.restart)
+			}
+		})
+	}
+}
+
 func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 	vm := newVM(virtv1.RunStrategyAlways)
 	f := newFixture(t, vm)
