@@ -69,9 +69,11 @@ func (r *Runner) Run(ctx context.Context, s *Scenario, ns string) ([]Capture, er
 			err = r.delete(ctx, ns, *st.Delete)
 		case st.Node != nil:
 			err = r.node(ctx, ns, st.Node)
+		case st.Request != nil:
+			err = r.request(ctx, ns, st.Request)
 		case st.Wait != nil && st.Wait.Quiet.Duration > 0:
 			err = r.quiet(ctx, ns, kinds, st.Wait)
-		case st.Wait != nil && st.Wait.Absent:
+		case st.Wait != nil && st.Wait.Absent && st.Wait.Field == "":
 			err = r.waitAbsent(ctx, ns, st.Wait)
 		case st.Wait != nil:
 			err = r.waitField(ctx, ns, st.Wait)
@@ -222,6 +224,43 @@ func (r *Runner) node(ctx context.Context, ns string, n *NodeStep) error {
 	return fmt.Errorf("node action %q", n.Action)
 }
 
+var vms = virtv1.SchemeGroupVersion.WithResource("virtualmachines")
+
+// request appends a state change request to a VM's status, as virt-api's
+// subresources do; a Stop names the UID of the VMI running now.
+func (r *Runner) request(ctx context.Context, ns string, q *RequestStep) error {
+	var add []map[string]any
+	if q.Action == RequestStop || q.Action == RequestRestart {
+		vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, q.VM, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("%s VM %s: its VMI: %w", q.Action, q.VM, err)
+		}
+		add = append(add, map[string]any{"action": string(virtv1.StopRequest), "uid": string(vmi.GetUID())})
+	}
+	if q.Action == RequestStart || q.Action == RequestRestart {
+		add = append(add, map[string]any{"action": string(virtv1.StartRequest)})
+	}
+	vm, err := r.Dynamic.Resource(vms).Namespace(ns).Get(ctx, q.VM, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	reqs, _, _ := unstructured.NestedSlice(vm.Object, "status", "stateChangeRequests")
+	for _, a := range add {
+		reqs = append(reqs, a)
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": vm.GetResourceVersion()},
+		"status":   map[string]any{"stateChangeRequests": reqs},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := r.Dynamic.Resource(vms).Namespace(ns).Patch(ctx, q.VM, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("%s VM %s: %w", q.Action, q.VM, err)
+	}
+	return nil
+}
+
 func (r *Runner) poll() time.Duration {
 	if r.Poll > 0 {
 		return r.Poll
@@ -236,7 +275,7 @@ func timeout(w *WaitStep) time.Duration {
 	return DefaultWaitTimeout
 }
 
-// waitField waits until the object's field has the value.
+// waitField waits until the object's field has the value, or is absent.
 func (r *Runner) waitField(ctx context.Context, ns string, w *WaitStep) error {
 	gvr, namespaced, err := r.resource(w.Kind, "")
 	if err != nil {
@@ -257,12 +296,15 @@ func (r *Runner) waitField(ctx context.Context, ns string, w *WaitStep) error {
 		v, found, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
 		if !found {
 			last = "<no field>"
-			return false, nil
+			return w.Absent, nil
 		}
 		last = v
-		return fmt.Sprint(v) == want, nil
+		return !w.Absent && fmt.Sprint(v) == want, nil
 	})
 	if err != nil {
+		if w.Absent {
+			return fmt.Errorf("wait for %s %s without %s: last %v: %w", w.Kind, w.Name, w.Field, last, err)
+		}
 		return fmt.Errorf("wait for %s %s %s=%v: last %v: %w", w.Kind, w.Name, w.Field, w.Value, last, err)
 	}
 	return nil

@@ -34,6 +34,9 @@ type Step struct {
 	Delete *Ref `json:"delete,omitempty"`
 	// Node plays the node's part, as virt-handler or the kubelet would.
 	Node *NodeStep `json:"node,omitempty"`
+	// Request asks a VM to start, stop or restart, as virt-api's
+	// subresources (virtctl start, stop, restart) ask a Manual VM.
+	Request *RequestStep `json:"request,omitempty"`
 	// Wait waits for a field to have a value, or for quiet.
 	Wait *WaitStep `json:"wait,omitempty"`
 	// Checkpoint captures every object of the scenario under this name.
@@ -77,9 +80,27 @@ type NodeStep struct {
 	Node   string `json:"node,omitempty"`
 }
 
+// Actions of a RequestStep.
+const (
+	RequestStart   = "start"
+	RequestStop    = "stop"
+	RequestRestart = "restart"
+)
+
+var requestActions = []string{RequestStart, RequestStop, RequestRestart}
+
+// RequestStep is a state change request on a VM, written as virt-api
+// writes it for a Manual VM (pkg/virt-api/rest/subresource.go): a Start,
+// a Stop naming the running VMI's UID, or both for a restart.
+type RequestStep struct {
+	VM     string `json:"vm"`
+	Action string `json:"action"`
+}
+
 // WaitStep waits until the object's field (a dotted path, such as
-// status.phase) has Value, until the object is gone (Absent), or, with
-// Quiet, until no object of the scenario has changed for that long. A
+// status.phase) has Value, until the field or, without one, the object is
+// gone (Absent), or, with Quiet, until no object of the scenario has
+// changed for that long. A
 // wait that times out fails the scenario under that controller.
 type WaitStep struct {
 	Ref     `json:",inline"`
@@ -187,13 +208,13 @@ func (s *Scenario) Validate() error {
 
 func (st Step) validate() error {
 	set := 0
-	for _, isSet := range []bool{st.Create != nil, st.Patch != nil, st.Delete != nil, st.Node != nil, st.Wait != nil, st.Checkpoint != ""} {
+	for _, isSet := range []bool{st.Create != nil, st.Patch != nil, st.Delete != nil, st.Node != nil, st.Request != nil, st.Wait != nil, st.Checkpoint != ""} {
 		if isSet {
 			set++
 		}
 	}
 	if set != 1 {
-		return fmt.Errorf("%d actions, want exactly one of create, patch, delete, node, wait, checkpoint", set)
+		return fmt.Errorf("%d actions, want exactly one of create, patch, delete, node, request, wait, checkpoint", set)
 	}
 	switch {
 	case st.Create != nil:
@@ -221,16 +242,17 @@ func (st Step) validate() error {
 		if (st.Node.Action == NodeStop) != (st.Node.Node != "") || (st.Node.Action == NodeStop) == (st.Node.VMI != "") {
 			return fmt.Errorf("node: %s names a node, the other actions a VMI", NodeStop)
 		}
+	case st.Request != nil:
+		if st.Request.VM == "" || !slices.Contains(requestActions, st.Request.Action) {
+			return fmt.Errorf("request: want a vm and an action, one of %s", strings.Join(requestActions, ", "))
+		}
 	case st.Wait != nil:
 		w := st.Wait
-		kinds := 0
-		for _, set := range []bool{w.Quiet.Duration > 0, w.Field != "", w.Absent} {
-			if set {
-				kinds++
-			}
+		if (w.Quiet.Duration > 0) == (w.Field != "" || w.Absent) {
+			return errors.New("wait: want exactly one of quiet, a field and its value, or absent (of a field, or of the object)")
 		}
-		if kinds != 1 {
-			return errors.New("wait: want exactly one of quiet, a field and its value, or absent")
+		if w.Absent && w.Value != nil {
+			return errors.New("wait: a field that is absent has no value")
 		}
 		if w.Field != "" || w.Absent {
 			if err := w.Ref.validate(); err != nil {

@@ -122,7 +122,8 @@ func ran(vmi *virtv1.VirtualMachineInstance) bool {
 }
 
 // stateChangeRequests drops the first request once it is done (a Start
-// whose VMI is up, a Stop whose VMI is gone or was another) and records a
+// whose VMI is up, a Stop whose VMI is gone or was another) or cannot be
+// (a Stop that names no VMI), and records a
 // Start for a VMI that RerunOnFailure deletes because it failed.
 func stateChangeRequests(o observed) []virtv1.VirtualMachineStateChangeRequest {
 	reqs := o.vm.Status.StateChangeRequests
@@ -130,7 +131,7 @@ func stateChangeRequests(o observed) []virtv1.VirtualMachineStateChangeRequest {
 	if len(reqs) > 0 {
 		first := reqs[0]
 		switch {
-		case first.Action == virtv1.StopRequest && (vmi == nil || (first.UID != nil && *first.UID != vmi.UID)):
+		case first.Action == virtv1.StopRequest && (vmi == nil || first.UID == nil || *first.UID != vmi.UID):
 			reqs = reqs[1:]
 		case first.Action == virtv1.StartRequest && vmi != nil && vmi.DeletionTimestamp == nil && !vmi.IsFinal():
 			reqs = reqs[1:]

@@ -140,6 +140,7 @@ func TestStateChangeRequestsAreConsumedWhenDone(t *testing.T) {
 		{"a Stop is kept while its VMI lives", []virtv1.VirtualMachineStateChangeRequest{stopThis, start}, vmiIn(virtv1.Running), virtv1.RunStrategyManual, []virtv1.VirtualMachineStateChangeRequest{stopThis, start}},
 		{"a Stop is dropped once the VMI is gone, then the Start waits", []virtv1.VirtualMachineStateChangeRequest{stopThis, start}, nil, virtv1.RunStrategyManual, []virtv1.VirtualMachineStateChangeRequest{start}},
 		{"a Stop of another VMI is stale", []virtv1.VirtualMachineStateChangeRequest{stopOld}, vmiIn(virtv1.Running), virtv1.RunStrategyManual, nil},
+		{"a Stop that names no VMI is dropped unheeded", []virtv1.VirtualMachineStateChangeRequest{{Action: virtv1.StopRequest}}, vmiIn(virtv1.Running), virtv1.RunStrategyManual, nil},
 		{"RerunOnFailure asks to start again a failed VMI it deletes", nil, failedDeleting, virtv1.RunStrategyRerunOnFailure, []virtv1.VirtualMachineStateChangeRequest{start}},
 		{"but not twice", []virtv1.VirtualMachineStateChangeRequest{start}, failedDeleting, virtv1.RunStrategyRerunOnFailure, []virtv1.VirtualMachineStateChangeRequest{start}},
 	}

@@ -195,7 +195,9 @@ func (c *Controller) requests(o *observed) (start, stop bool) {
 	case virtv1.StartRequest:
 		return true, false
 	case virtv1.StopRequest:
-		return false, o.vmi != nil && (reqs[0].UID == nil || *reqs[0].UID == o.vmi.UID)
+		// A Stop names the VMI it stops; one without a UID is dropped
+		// unheeded, as KubeVirt's isTrimFirstChangeRequestNeeded drops it.
+		return false, o.vmi != nil && reqs[0].UID != nil && *reqs[0].UID == o.vmi.UID
 	}
 	return false, false
 }

@@ -136,7 +136,7 @@ type Fixture struct {
 	// come from (Env.RecorderFor); all of them record into Recorder.
 	EventSources []string
 	Env          *sharded.Env
-	Runtime  *sharded.Runtime
+	Runtime      *sharded.Runtime
 }
 
 // Start builds the declared controller over fakes holding c.Objects, runs
