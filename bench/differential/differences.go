@@ -25,4 +25,16 @@ var Known = []Difference{
 		Reason: "the API server counts the object's writes there (every write of a VMI, which has no status " +
 			"subresource); virtshard coalesces status changes into fewer writes. The report gives the counts.",
 	},
+	{
+		Kind: "Event", Path: "count", Outcomes: []Outcome{Differ},
+		Reason: "an event a controller records on every sync of its object (migrationTargetPodUnschedulable, a " +
+			"canceled migration's FailedMigration) is counted as often as it synced; KubeVirt syncs again after " +
+			"each of its own writes, virtshard writes less",
+	},
+	{
+		Kind: "VirtualMachineInstance", Path: "status.phaseTransitionTimestamps[*].**", Outcomes: []Outcome{Extra},
+		Reason: "KubeVirt fails a Scheduled or Running VMI whose launcher pod is gone through a patch that leaves " +
+			"the Failed transition out of phaseTransitionTimestamps; virtshard records every phase it moves a VMI to",
+		KubeVirt: "pkg/virt-controller/watch/vmi/lifecycle.go: updateStatus (IsRunning, IsScheduled) and prepareVMIPatch",
+	},
 }

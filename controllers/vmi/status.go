@@ -36,6 +36,7 @@ import (
 // Condition messages of KubeVirt's syncReadyConditionFromPod.
 const (
 	msgPodNotExists    = "virt-launcher pod has not yet been scheduled"
+	msgPodTerminating  = "virt-launcher pod is terminating"
 	msgGuestNotRunning = "Guest VM is not reported as running"
 	msgPodReadyMissing = "virt-launcher pod is missing the Ready condition"
 )
@@ -279,6 +280,65 @@ func toFailed(reason, message string, at metav1.Time) mutation {
 		})
 		return true
 	}
+}
+
+// podGone: the launcher pod of a VMI past Pending is gone. As KubeVirt's
+// updateStatus, the VMI fails and nothing else is said: no condition, no
+// event (settle then says why it is not Ready). Unlike KubeVirt's patch of
+// a Scheduled or Running VMI, the Failed transition is recorded
+// (bench/differential/differences.go).
+func podGone(at metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		if !vmistatus.Fail(v, at) {
+			return false
+		}
+		patch.ObserveAPIVersion(v)
+		return true
+	}
+}
+
+// settle: the VMI is final. As KubeVirt's updateStatus for a final VMI
+// (lifecycle.go, syncReadyConditionFromPod and the IsFinal case): Ready is
+// False because its pod is gone (PodNotExists), going (PodTerminating) or
+// runs no guest (GuestNotRunning), activePods follows its pods, and once
+// every pod is gone its finalizer goes, and with it the launcher image
+// and the outdated-launcher label.
+func settle(pod *corev1.Pod, pods []*corev1.Pod, at metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		if !v.IsFinal() || v.DeletionTimestamp != nil {
+			return false
+		}
+		before := v.DeepCopy()
+		switch {
+		case pod == nil:
+			notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)
+		case podDownOrGoingDown(pod):
+			notReady(v, virtv1.PodTerminatingReason, msgPodTerminating, at)
+		default:
+			notReady(v, virtv1.GuestNotRunningReason, msgGuestNotRunning, at)
+		}
+		setActivePods(v, pods)
+		if len(pods) == 0 {
+			finalize(v)
+			delete(v.Labels, virtv1.OutdatedLauncherImageLabel)
+			v.Status.LauncherContainerImageVersion = ""
+		}
+		return !equality.Semantic.DeepEqual(before, v)
+	}
+}
+
+// podDownOrGoingDown is KubeVirt's IsPodDownOrGoingDown: the pod ended,
+// its compute container did, or it is being deleted.
+func podDownOrGoingDown(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == template.ComputeContainer {
+			return s.State.Terminated != nil
+		}
+	}
+	return false
 }
 
 // finalize removes virtshard's finalizer: the VMI's pods are gone.

@@ -39,7 +39,6 @@ const (
 	ReasonFailedPVCNotFound  = "FailedPvcNotFound"
 	ReasonInvalidNetwork     = "InvalidNetworkSpec"
 	ReasonInvalidSpec        = "InvalidSpec"
-	ReasonPodGone            = "PodNotExists"
 	ReasonRangeLabelRestored = "RangeLabelRestored"
 	ReasonPodFailed          = "PodFailed"
 )
@@ -93,12 +92,16 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 			if relabelled, err := c.restoreRangeLabel(ctx, it, vmi, pods); err != nil || relabelled {
 				return err
 			}
-			c.fail(it, vmi, ReasonPodGone, "the launcher pod no longer exists")
+			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, podGone(metav1.Now()))
 			return nil // a launcher pod is never re-created after Pending
 		}
 		return c.followPod(ctx, it, vmi, pod, pods)
 	}
-	return nil // final: nothing to do until deletion
+	if satisfied {
+		// Final: what the pods left says, until deletion.
+		c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, settle(pod, pods, metav1.Now()))
+	}
+	return nil
 }
 
 // restoreRangeLabel looks for launcher pods of vmi that are not in the

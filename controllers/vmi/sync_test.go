@@ -203,8 +203,31 @@ func TestSyncFailsARunningVMIWhosePodIsGone(t *testing.T) {
 	}
 	f.WaitForKubeVirtWrites("patch virtualmachineinstances")
 	patch := string(f.KubeVirt.Actions()[len(f.KubeVirt.Actions())-1].(k8stesting.PatchAction).GetPatch())
-	if !strings.Contains(patch, `"phase":"Failed"`) || !strings.Contains(patch, ReasonPodGone) {
-		t.Errorf("status patch %s: want Failed for %s", patch, ReasonPodGone)
+	if !strings.Contains(patch, `"phase":"Failed"`) || strings.Contains(patch, string(virtv1.VirtualMachineInstanceSynchronized)) {
+		t.Errorf("status patch %s: want Failed and, as KubeVirt's, no Synchronized condition", patch)
+	}
+	if len(f.Recorder.Events) != 0 {
+		t.Errorf("event %q recorded; KubeVirt records none", <-f.Recorder.Events)
+	}
+}
+
+// A final VMI whose pods are all gone says why it is not Ready and lets go
+// of its finalizer and launcher image, as KubeVirt's IsFinal case does.
+func TestSyncSettlesAFinalVMIWithoutPods(t *testing.T) {
+	vmi := newVMI("a")
+	vmi.Status.Phase = virtv1.Failed
+	vmi.Finalizers = []string{virtv1.VirtualMachineInstanceFinalizer}
+	vmi.Status.LauncherContainerImageVersion = "launcher:v1"
+	f := newFixture(t, vmi)
+	if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitForKubeVirtWrites("patch virtualmachineinstances")
+	patch := string(f.KubeVirt.Actions()[len(f.KubeVirt.Actions())-1].(k8stesting.PatchAction).GetPatch())
+	for _, want := range []string{`"finalizers":null`, `"launcherContainerImageVersion":null`, virtv1.PodNotExistsReason} {
+		if !strings.Contains(patch, want) {
+			t.Errorf("status patch %s: want %s", patch, want)
+		}
 	}
 }
 
