@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/template"
@@ -51,25 +53,54 @@ func (c *Controller) renderTargetPod(rng int, m *virtv1.VirtualMachineInstanceMi
 			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{virtv1.CreatedByLabel: string(vmi.UID)}},
 			TopologyKey:   corev1.LabelHostname,
 		})
-	if source := vmi.Status.NodeName; source != "" {
-		notSource := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{source}}
-		if aff.NodeAffinity == nil {
-			aff.NodeAffinity = &corev1.NodeAffinity{}
-		}
-		required := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-		if required == nil || len(required.NodeSelectorTerms) == 0 {
-			required = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
-		}
-		// Terms are ORed: the source is excluded from each.
-		for i := range required.NodeSelectorTerms {
-			required.NodeSelectorTerms[i].MatchFields = append(required.NodeSelectorTerms[i].MatchFields, notSource)
-		}
-		aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = required
-	}
 	return pod, nil
 }
 
+// Runtime users of virt-launcher (KubeVirt's util.RootUser and
+// util.NonRootUID).
+const (
+	rootUser    = 0
+	nonRootUser = 107
+)
+
+// setRuntimeUser readies vmi for a target pod of the cluster's kind, as
+// KubeVirt's setupVMIRuntimeUser does before it creates one: without the
+// Root feature gate the VMI runs as the non-root user and carries the
+// kubevirt.io/nonroot annotation (which the target pod then carries too),
+// with it as root and without the annotation. It returns the VMI as
+// patched, or vmi when it was ready.
+func (c *Controller) setRuntimeUser(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance) (*virtv1.VirtualMachineInstance, error) {
+	user, annotation := int64(nonRootUser), any("true")
+	if c.env.ClusterConfig.Current().RootEnabled() {
+		user, annotation = rootUser, nil
+	}
+	_, annotated := vmi.Annotations[virtv1.DeprecatedNonRootVMIAnnotation]
+	if vmi.Status.RuntimeUser == uint64(user) && annotated == (annotation != nil) {
+		return vmi, nil
+	}
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{virtv1.DeprecatedNonRootVMIAnnotation: annotation}},
+		"status":   map[string]any{"runtimeUser": user},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var patched *virtv1.VirtualMachineInstance
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		patched, err = c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, body, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("set the runtime user of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return patched, nil
+}
+
 func (c *Controller) createTargetPod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, source *corev1.Pod) (*corev1.Pod, error) {
+	vmi, err := c.setRuntimeUser(ctx, it, vmi)
+	if err != nil {
+		return nil, err
+	}
 	pod, err := c.renderTargetPod(it.Range, m, vmi, source)
 	if err != nil {
 		return nil, fmt.Errorf("render target pod of migration %s: %w", it.Key, err)

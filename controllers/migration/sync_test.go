@@ -107,10 +107,15 @@ func TestSyncStartsAMigrationOfARunningVMI(t *testing.T) {
 	if err := f.sync(t, m, vmi); err != nil {
 		t.Fatal(err)
 	}
-	// The finalizer, then a permit, then the target pod, then the status.
-
-	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstancemigrations", "update virtualmachineinstancemigrations/status"}) {
-		t.Fatalf("KubeVirt writes %q, want the finalizer patch and one status update", got)
+	// The finalizer, then a permit, then the VMI's runtime user and the
+	// target pod, then the status.
+	want := []string{"patch virtualmachineinstancemigrations", "patch virtualmachineinstances", "update virtualmachineinstancemigrations/status"}
+	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Equal(got, want) {
+		t.Fatalf("KubeVirt writes %q, want the finalizer patch, the VMI's runtime user and one status update", got)
+	}
+	user := string(f.KubeVirt.Actions()[1].(k8stesting.PatchAction).GetPatch())
+	if !strings.Contains(user, `"runtimeUser":107`) || !strings.Contains(user, virtv1.DeprecatedNonRootVMIAnnotation) {
+		t.Errorf("VMI patch %s: want the non-root user and annotation, as KubeVirt's setupVMIRuntimeUser", user)
 	}
 	finalizer := string(f.KubeVirt.Actions()[0].(k8stesting.PatchAction).GetPatch())
 	if !strings.Contains(finalizer, Finalizer) || !strings.Contains(finalizer, `"resourceVersion":"2"`) {
@@ -119,6 +124,13 @@ func TestSyncStartsAMigrationOfARunningVMI(t *testing.T) {
 	kube := kvfake.Writes(f.Kube.Actions())
 	if !slices.Contains(kube, "create pods") || !slices.Contains(kube, "update configmaps") {
 		t.Fatalf("kube writes %q, want a permit written and the target pod created", kube)
+	}
+	for _, a := range f.Kube.Actions() {
+		if c, ok := a.(k8stesting.CreateAction); ok && a.GetResource().Resource == "pods" {
+			if pod := c.GetObject().(*corev1.Pod); pod.Annotations[virtv1.DeprecatedNonRootVMIAnnotation] != "true" {
+				t.Errorf("target pod annotations %v: want the VMI's non-root annotation", pod.Annotations)
+			}
+		}
 	}
 	if phase := statusOf(t, f.KubeVirt.Actions()).Phase; phase != virtv1.MigrationScheduling {
 		t.Errorf("phase %s, want Scheduling once the target pod exists", phase)
