@@ -101,6 +101,36 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		// Final: what the pods left says, until deletion.
 		c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, settle(pod, pods, metav1.Now()))
 	}
+	if pod != nil {
+		return c.syncPodMetadata(ctx, it, vmi, pod)
+	}
+	return nil
+}
+
+// syncPodMetadata brings the launcher pod's synced labels and annotations
+// (its node, the descheduler's asks, Velero's hooks) to the VMI's, as
+// KubeVirt's syncDynamicAnnotationsAndLabelsToPod does on every sync of a
+// VMI with a pod: the pod's kubevirt.io/nodeName follows the VMI's. The
+// patch is made at the pod's resourceVersion; a conflict waits for the
+// pod's next event.
+func (c *Controller) syncPodMetadata(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
+	if pod.DeletionTimestamp != nil {
+		return nil
+	}
+	body := template.MetadataSync(vmi, pod)
+	if body == nil {
+		return nil
+	}
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.env.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || errors.Is(err, sharded.ErrNotHeld) {
+		return nil // gone or changed: its event requeues the VMI
+	}
+	if err != nil {
+		return fmt.Errorf("sync labels and annotations of pod %s: %w", pod.Name, err)
+	}
 	return nil
 }
 
@@ -322,6 +352,9 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		if err := c.syncUnpaused(ctx, it, vmi, pod); err != nil {
 			return err
 		}
+	}
+	if err := c.syncPodMetadata(ctx, it, vmi, pod); err != nil {
+		return err
 	}
 	switch {
 	case migratedAway(vmi, pod):

@@ -1,0 +1,67 @@
+package template
+
+import (
+	"encoding/json"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+)
+
+// Keys of a launcher pod's labels and annotations that follow its VMI's for
+// as long as the pod lives, as KubeVirt's syncDynamicAnnotationsAndLabelsToPod
+// keeps them (watch/vmi/lifecycle.go): the node the VMI runs on, the
+// outdated-launcher mark, the descheduler's eviction asks, and Velero's
+// backup hooks.
+var (
+	syncedLabels      = []string{virtv1.NodeNameLabel, virtv1.OutdatedLauncherImageLabel}
+	syncedAnnotations = []string{
+		"descheduler.alpha.kubernetes.io/evict",
+		"descheduler.alpha.kubernetes.io/prefer-no-eviction",
+		veleroPreHookContainer, veleroPreHookCommand, veleroPreHookTimeout,
+		veleroPostHookContainer, veleroPostHookCommand,
+	}
+)
+
+// MetadataSync is the merge patch that brings pod's synced labels and
+// annotations to what vmi says (a key the VMI lacks is removed from the
+// pod), at pod's resourceVersion, or nil when they agree.
+func MetadataSync(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) []byte {
+	annotations := maps.Clone(vmi.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	maps.Copy(annotations, backupHookAnnotations(vmi))
+	meta := map[string]any{}
+	for field, sync := range map[string]struct {
+		keys       []string
+		want, have map[string]string
+	}{
+		"labels":      {syncedLabels, vmi.Labels, pod.Labels},
+		"annotations": {syncedAnnotations, annotations, pod.Annotations},
+	} {
+		changes := map[string]any{}
+		for _, k := range sync.keys {
+			want, wanted := sync.want[k]
+			have, has := sync.have[k]
+			switch {
+			case wanted && (!has || have != want):
+				changes[k] = want
+			case !wanted && has:
+				changes[k] = nil
+			}
+		}
+		if len(changes) > 0 {
+			meta[field] = changes
+		}
+	}
+	if len(meta) == 0 {
+		return nil
+	}
+	meta["resourceVersion"] = pod.ResourceVersion
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		panic(err) // strings only: it cannot fail
+	}
+	return patch
+}

@@ -1,0 +1,40 @@
+package template
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+)
+
+func TestMetadataSyncBringsThePodsSyncedKeysToTheVMIs(t *testing.T) {
+	vmi := func(labels, annotations map[string]string) *virtv1.VirtualMachineInstance {
+		return &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", Labels: labels, Annotations: annotations}}
+	}
+	pod := func(labels, annotations map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9", Labels: labels, Annotations: annotations}}
+	}
+	skip := map[string]string{veleroSkipHooks: "true"}
+	for _, tc := range []struct {
+		name string
+		vmi  *virtv1.VirtualMachineInstance
+		pod  *corev1.Pod
+		want string
+	}{
+		{"the VMI's node reaches its pod", vmi(map[string]string{virtv1.NodeNameLabel: "n1"}, skip), pod(nil, nil),
+			`{"metadata":{"labels":{"kubevirt.io/nodeName":"n1"},"resourceVersion":"9"}}`},
+		{"a descheduler ask the VMI dropped leaves the pod, other keys stay", vmi(nil, skip),
+			pod(map[string]string{"app": "x"}, map[string]string{"descheduler.alpha.kubernetes.io/evict": ""}),
+			`{"metadata":{"annotations":{"descheduler.alpha.kubernetes.io/evict":null},"resourceVersion":"9"}}`},
+		{"a pod that agrees is not patched", vmi(map[string]string{virtv1.NodeNameLabel: "n1", "app": "y"}, skip),
+			pod(map[string]string{virtv1.NodeNameLabel: "n1"}, nil), ``},
+		{"Velero's hooks are kept on the pod", vmi(nil, nil), pod(nil, backupHookAnnotations(vmi(nil, nil))), ``},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(MetadataSync(tc.vmi, tc.pod)); got != tc.want {
+				t.Errorf("patch %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
