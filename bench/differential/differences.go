@@ -37,4 +37,38 @@ var Known = []Difference{
 			"the Failed transition out of phaseTransitionTimestamps; virtshard records every phase it moves a VMI to",
 		KubeVirt: "pkg/virt-controller/watch/vmi/lifecycle.go: updateStatus (IsRunning, IsScheduled) and prepareVMIPatch",
 	},
+
+	// Not built yet: each closes with the issue that builds it.
+	{
+		Kind: "VirtualMachineInstance", Path: "status.virtualMachineRevisionName", Outcomes: []Outcome{Missing}, Issue: 30,
+		Reason:   "KubeVirt stores the VM's spec at each start in a ControllerRevision and names it on the VMI",
+		KubeVirt: "pkg/virt-controller/watch/vm/vm.go: createVMRevision",
+	},
+	{
+		Kind: "VirtualMachine", Path: "status.observedGeneration", Outcomes: []Outcome{Differ}, Issue: 30,
+		Reason: "KubeVirt moves the running VMI's kubevirt.io/vm-generation annotation on to a VM generation that " +
+			"needs no restart (a run strategy change), and the VM observes it",
+		KubeVirt: "pkg/virt-controller/watch/vm/vm.go: syncGenerationInfo",
+	},
+	{
+		Kind: "VirtualMachineInstance", Path: "status.activePods.*", Outcomes: []Outcome{Missing}, Issue: 31,
+		Reason: "KubeVirt's VMI controller lists a migration's target pod among the VMI's active pods; virtshard's " +
+			"lists the pods it sees before the handoff only",
+		KubeVirt: "pkg/virt-controller/watch/vmi/lifecycle.go: setActivePods",
+	},
+	{
+		Kind: "VirtualMachineInstance", Path: "status.launcherContainerImageVersion", Outcomes: []Outcome{Missing}, Issue: 31,
+		Reason:   "KubeVirt sets it again from the target pod after a migration",
+		KubeVirt: "pkg/virt-controller/watch/vmi/lifecycle.go: updateStatus (setLauncherContainerInfo)",
+	},
+	{
+		Kind: "VirtualMachineInstanceMigration", Path: "status.migrationState.**", Issue: 31,
+		Reason:   "KubeVirt fills the migration's migrationState as it goes (the source pod first); virtshard at the handoff",
+		KubeVirt: "pkg/virt-controller/watch/migration/migration.go: updateStatus",
+	},
+	{
+		Kind: "Pod", Path: "metadata.annotations[kubevirt.io/migration-target-ready-timestamp]", Outcomes: []Outcome{Missing}, Issue: 31,
+		Reason:   "KubeVirt stamps the target pod when it first sees it ready",
+		KubeVirt: "pkg/virt-controller/watch/migration/migration.go: processMigrationPhase",
+	},
 }
