@@ -62,10 +62,11 @@ test-integration: tools ## Run only the integration tests, on the local cluster 
 	$(GO) test $(TEST_FLAGS) ./test/integration/...
 
 .PHONY: test
-test: tools verify ## Run every test: verify, conformance, unit, integration (on the local cluster), and each fuzz target briefly.
+test: tools verify ## Run every test: verify, conformance, unit, integration (on the local cluster), the differential harness, and each fuzz target briefly.
 	$(MAKE) --no-print-directory conformance
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-integration
+	$(MAKE) --no-print-directory differential
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # Fuzz targets as package:Function. Their seed corpora are in code (f.Add)

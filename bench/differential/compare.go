@@ -2,6 +2,7 @@ package differential
 
 import (
 	"fmt"
+	"path"
 	"reflect"
 	"slices"
 	"strconv"
@@ -199,6 +200,9 @@ func sortedKeys[K interface{ ~string | ~[2]string }](m map[K]bool) []K {
 type Difference struct {
 	// Kind is the object kind it concerns; * for every kind.
 	Kind string
+	// Object, when set, is a pattern (path.Match) the object's normalized
+	// name must match, such as "<event:VirtualMachine/*/FailedCreate#*>".
+	Object string
 	// Path is a field path pattern: * stands for one key, and a final
 	// ** for everything below ("metadata.labels[virtshard.io/range]",
 	// "status.conditions[*].lastProbeTime", "spec.**").
@@ -217,6 +221,11 @@ type Difference struct {
 func (d Difference) covers(f FieldDiff) bool {
 	if (d.Kind != "*" && d.Kind != f.Kind) || (len(d.Outcomes) > 0 && !slices.Contains(d.Outcomes, f.Outcome)) {
 		return false
+	}
+	if d.Object != "" {
+		if ok, _ := path.Match(d.Object, f.Name); !ok {
+			return false
+		}
 	}
 	pattern, p := segments(d.Path), segments(f.Path)
 	for i, seg := range pattern {

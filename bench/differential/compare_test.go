@@ -93,3 +93,18 @@ func TestDifferencePatterns(t *testing.T) {
 		}
 	}
 }
+
+// A listed difference with an object pattern explains that object's
+// fields only.
+func TestADifferenceWithAnObjectPatternCoversThatObjectOnly(t *testing.T) {
+	d := Difference{Kind: "Event", Object: "<event:VirtualMachine/*/FailedCreate#*>", Path: "**", Outcomes: []Outcome{Extra}}
+	for name, want := range map[string]bool{
+		"<event:VirtualMachine/vm/FailedCreate#1>":         true,
+		"<event:VirtualMachineInstance/vm/FailedCreate#1>": false,
+		"<event:VirtualMachine/vm/SuccessfulCreate#1>":     false,
+	} {
+		if got := d.covers(FieldDiff{Kind: "Event", Name: name, Path: "message", Outcome: Extra}); got != want {
+			t.Errorf("covers %s: %v, want %v", name, got, want)
+		}
+	}
+}

@@ -21,11 +21,6 @@ var Known = []Difference{
 		KubeVirt: "pkg/virt-controller/services/template.go: RenderLaunchManifest (GenerateName)",
 	},
 	{
-		Kind: "*", Path: "metadata.generation", Outcomes: []Outcome{Differ},
-		Reason: "the API server counts the object's writes there (every write of a VMI, which has no status " +
-			"subresource); virtshard coalesces status changes into fewer writes. The report gives the counts.",
-	},
-	{
 		Kind: "Event", Path: "count", Outcomes: []Outcome{Differ},
 		Reason: "an event a controller records on every sync of its object (migrationTargetPodUnschedulable, a " +
 			"canceled migration's FailedMigration) is counted as often as it synced; KubeVirt syncs again after " +
@@ -36,6 +31,24 @@ var Known = []Difference{
 		Reason: "KubeVirt fails a Scheduled or Running VMI whose launcher pod is gone through a patch that leaves " +
 			"the Failed transition out of phaseTransitionTimestamps; virtshard records every phase it moves a VMI to",
 		KubeVirt: "pkg/virt-controller/watch/vmi/lifecycle.go: updateStatus (IsRunning, IsScheduled) and prepareVMIPatch",
+	},
+	{
+		Kind: "Event", Object: "<event:VirtualMachine/*/FailedCreate#*>", Path: "**", Outcomes: []Outcome{Extra},
+		Reason: "virtshard records an event with each Failure condition it sets on a VM, once, so that bad input is " +
+			"seen where events are read; KubeVirt's VM controller sets the condition only",
+		KubeVirt: "pkg/virt-controller/watch/vm/vm.go: processFailureCondition",
+	},
+	{
+		Kind: "Event", Object: "<event:VirtualMachineInstance/*/FailedCreate#*>", Path: "**", Outcomes: []Outcome{Extra},
+		Reason: "virtshard records an event with the Synchronized=False condition of a VMI whose launcher pod cannot " +
+			"be rendered (bad input gets a condition and an event); KubeVirt's VMI controller sets the condition only",
+		KubeVirt: "pkg/virt-controller/watch/vmi/vmi.go: sync (failed to render launch manifest)",
+	},
+	{
+		Kind: "Event", Object: "<event:VirtualMachineInstanceMigration/*/FailedHandOver#*>", Path: "**", Outcomes: []Outcome{Missing},
+		Reason: "KubeVirt's handoff patch tests the VMI's migration state, and fails when its own VMI controller " +
+			"wrote the VMI in between; it records the failure and retries. virtshard's handoff is one merge patch",
+		KubeVirt: "pkg/virt-controller/watch/migration/migration.go: handleTargetPodHandoff",
 	},
 
 	// Not built yet: each closes with the issue that builds it.

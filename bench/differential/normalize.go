@@ -24,6 +24,10 @@ type Object struct {
 	// (managedFields, resourceVersion, ...), tokens in place of
 	// run-specific values.
 	Content map[string]any
+	// Generation is the object's metadata.generation: every change of an
+	// object without a status subresource (a VMI), the spec changes of
+	// one with (a VM, a pod).
+	Generation int64
 }
 
 // Tokens of values no two runs share.
@@ -34,8 +38,11 @@ const (
 )
 
 // serverFields are metadata the API server writes whatever a controller
-// does; they say nothing about its behaviour.
-var serverFields = []string{"managedFields", "resourceVersion", "selfLink", "creationTimestamp"}
+// does; they say nothing about its behaviour. generation counts how often
+// the object changed: it is reported apart (Object.Generation), not
+// compared, as a controller that batches its writes changes an object
+// fewer times for the same outcome.
+var serverFields = []string{"managedFields", "resourceVersion", "selfLink", "creationTimestamp", "generation"}
 
 // Normalizer turns one run's captured objects into Objects. It learns
 // each object's UID and, for a generated name, the token that stands for
@@ -103,7 +110,7 @@ func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 		if obj.GetKind() == "Pod" {
 			jitteredQemuTimeout(content)
 		}
-		out[i] = Object{Kind: obj.GetKind(), Name: names[i], Content: n.value(content).(map[string]any)}
+		out[i] = Object{Kind: obj.GetKind(), Name: names[i], Content: n.value(content).(map[string]any), Generation: obj.GetGeneration()}
 	}
 	return out
 }

@@ -117,19 +117,25 @@ func WriteReport(w io.Writer, results []Result) error {
 	fmt.Fprintf(w, "\n%d scenarios, %d checkpoints: %d of %d fields equal (%.1f %%); of the rest %d are deliberate differences, "+
 		"%d are not built yet (an open issue builds them), %d are on no list\n",
 		len(results), checkpoints(results), t.Fields[Equal], t.All(), t.EqualShare(), t.Known, t.Pending, t.Unknown)
-	pending := map[int]int{}
+	byEntry := map[string]int{}
 	for _, r := range results {
 		for _, c := range r.Checkpoints {
 			for _, d := range c.Diffs {
-				if d.Known != nil && d.Known.Issue != 0 {
-					pending[d.Known.Issue]++
+				if k := d.Known; k != nil {
+					entry := fmt.Sprintf("%s %s%s", k.Kind, k.Object, k.Path)
+					if k.Issue != 0 {
+						entry = fmt.Sprintf("issue %d: %s", k.Issue, entry)
+					}
+					byEntry[entry]++
 				}
 			}
 		}
 	}
-	for _, issue := range slices.Sorted(maps.Keys(pending)) {
-		fmt.Fprintf(w, "  issue %d builds %d of them\n", issue, pending[issue])
+	for _, entry := range slices.Sorted(maps.Keys(byEntry)) {
+		fmt.Fprintf(w, "  %5d  %s\n", byEntry[entry], entry)
 	}
+
+	writeGenerations(w, results)
 
 	for _, r := range results {
 		for _, side := range []Side{KubeVirt, Virtshard} {
@@ -145,6 +151,39 @@ func WriteReport(w io.Writer, results []Result) error {
 		}
 	}
 	return nil
+}
+
+// writeGenerations lists, at each scenario's last checkpoint, the objects
+// whose generation differs between the runs: how often the API server saw
+// each change (every write that changed a VMI; the spec changes of the
+// kinds with a status subresource). Reported, not compared: virtshard
+// batches its writes.
+func writeGenerations(w io.Writer, results []Result) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	header := false
+	for _, r := range results {
+		if len(r.Checkpoints) == 0 {
+			continue
+		}
+		last := r.Checkpoints[len(r.Checkpoints)-1]
+		theirs := map[[2]string]int64{}
+		for _, o := range last.KubeVirt {
+			theirs[[2]string{o.Kind, o.Name}] = o.Generation
+		}
+		for _, o := range last.Ours {
+			g, ok := theirs[[2]string{o.Kind, o.Name}]
+			if !ok || g == o.Generation {
+				continue
+			}
+			if !header {
+				fmt.Fprintln(w, "\ngenerations (changes the API server saw) that differ at each scenario's last checkpoint:")
+				fmt.Fprintln(tw, "scenario\tcheckpoint\tobject\tkubevirt\tvirtshard\t")
+				header = true
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s %s\t%d\t%d\t\n", r.Scenario.Name, last.Name, o.Kind, o.Name, g, o.Generation)
+		}
+	}
+	_ = tw.Flush()
 }
 
 func checkpoints(results []Result) int {

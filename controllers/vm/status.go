@@ -21,6 +21,8 @@ import (
 const (
 	ReasonVMINotExists        = "VMINotExists"
 	ReasonVMIConditionMissing = "VMIConditionMissing"
+	// ReasonInvalidRunStrategy: spec.running and spec.runStrategy are both set.
+	ReasonInvalidRunStrategy = "InvalidRunStrategy"
 )
 
 // writeStatus writes the VM's status if it changed, with the cached

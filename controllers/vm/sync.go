@@ -86,9 +86,16 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		}
 	}
 	o.vmi = vmi
-	o.strategy, err = runStrategy(o.vm)
-	if err != nil && syncErr == nil {
-		syncErr = &syncError{"InvalidRunStrategy", err.Error()}
+	var strategyErr *syncError
+	if o.strategy, strategyErr = runStrategy(o.vm); strategyErr != nil && syncErr == nil {
+		syncErr = strategyErr
+	}
+	if syncErr != nil && o.vm.DeletionTimestamp == nil {
+		// A VM the controller cannot act on is managed all the same, as
+		// KubeVirt's first write of any VM is.
+		if err := c.patchVMFinalizers(ctx, it, o.vm, patch.Manage(o.vm, virtv1.VirtualMachineControllerFinalizer)); err != nil {
+			return 0, err
+		}
 	}
 
 	if c.expectations.Satisfied(it.Range, it.Key) && syncErr == nil {
@@ -388,18 +395,22 @@ func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error 
 	return nil
 }
 
-// runStrategy is the VM's effective run strategy, as KubeVirt derives it.
-func runStrategy(vm *virtv1.VirtualMachine) (virtv1.VirtualMachineRunStrategy, error) {
+// runStrategy is the VM's effective run strategy, as KubeVirt derives it,
+// or why there is none: an unknown strategy fails as KubeVirt's
+// syncRunStrategy fails it (FailedCreate); both spec.running and
+// spec.runStrategy set, which KubeVirt only requeues without a word, is
+// InvalidRunStrategy.
+func runStrategy(vm *virtv1.VirtualMachine) (virtv1.VirtualMachineRunStrategy, *syncError) {
 	switch {
 	case vm.Spec.Running != nil && vm.Spec.RunStrategy != nil:
-		return "", fmt.Errorf("spec.running and spec.runStrategy are mutually exclusive")
+		return "", &syncError{ReasonInvalidRunStrategy, "spec.running and spec.runStrategy are mutually exclusive"}
 	case vm.Spec.RunStrategy != nil:
 		switch s := *vm.Spec.RunStrategy; s {
 		case virtv1.RunStrategyAlways, virtv1.RunStrategyRerunOnFailure, virtv1.RunStrategyManual,
 			virtv1.RunStrategyHalted, virtv1.RunStrategyOnce:
 			return s, nil
 		default:
-			return "", fmt.Errorf("run strategy %q is not supported", s)
+			return "", &syncError{"FailedCreate", fmt.Sprintf("unknown runstrategy: %s", s)}
 		}
 	case vm.Spec.Running != nil && *vm.Spec.Running:
 		return virtv1.RunStrategyAlways, nil

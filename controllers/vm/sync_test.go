@@ -157,10 +157,10 @@ func TestSyncReportsAnInvalidRunStrategyOnTheVM(t *testing.T) {
 	status := f.KubeVirt.Actions()[0].(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachine).Status
 	found := false
 	for _, c := range status.Conditions {
-		found = found || (c.Type == virtv1.VirtualMachineFailure && strings.Contains(c.Reason, "InvalidRunStrategy"))
+		found = found || (c.Type == virtv1.VirtualMachineFailure && c.Reason == "FailedCreate" && c.Message == "unknown runstrategy: Sometimes")
 	}
 	if !found {
-		t.Errorf("conditions %+v: want Failure InvalidRunStrategy", status.Conditions)
+		t.Errorf("conditions %+v: want KubeVirt's Failure FailedCreate, unknown runstrategy", status.Conditions)
 	}
 }
 

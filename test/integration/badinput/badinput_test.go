@@ -351,7 +351,8 @@ func cases() []badCase {
 			} else if err != nil {
 				e.t.Fatal(err)
 			}
-			return e.vmFailure(vm.Name, "InvalidRunStrategy")
+			// KubeVirt's syncRunStrategy reports an unknown strategy so.
+			return e.vmFailure(vm.Name, "FailedCreate")
 		}},
 		{"vm-name-taken-by-foreign-vmi", func(e *env) func(context.Context) string {
 			// Controlled by another owner, a real one that the garbage
