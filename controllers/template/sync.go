@@ -10,11 +10,14 @@ import (
 
 // Keys of a launcher pod's labels and annotations that follow its VMI's for
 // as long as the pod lives, as KubeVirt's syncDynamicAnnotationsAndLabelsToPod
-// keeps them (watch/vmi/lifecycle.go): the node the VMI runs on, the
-// outdated-launcher mark, the descheduler's eviction asks, and Velero's
-// backup hooks.
+// keeps them (watch/vmi/lifecycle.go): the outdated-launcher mark, the
+// descheduler's eviction asks, and Velero's backup hooks. Unlike KubeVirt,
+// not the kubevirt.io/nodeName label, which KubeVirt adds to every pod once
+// its VMI is scheduled: no KubeVirt component reads it from a pod (a pod's
+// node is its spec.nodeName), and it would cost a pod write per VMI
+// (bench/differential/differences.go).
 var (
-	syncedLabels      = []string{virtv1.NodeNameLabel, virtv1.OutdatedLauncherImageLabel}
+	syncedLabels      = []string{virtv1.OutdatedLauncherImageLabel}
 	syncedAnnotations = []string{
 		"descheduler.alpha.kubernetes.io/evict",
 		"descheduler.alpha.kubernetes.io/prefer-no-eviction",
@@ -25,7 +28,8 @@ var (
 
 // MetadataSync is the merge patch that brings pod's synced labels and
 // annotations to what vmi says (a key the VMI lacks is removed from the
-// pod), at pod's resourceVersion, or nil when they agree.
+// pod), or nil when they agree. It names only those keys, so it needs no
+// resourceVersion: the pod's status moving on meanwhile is no conflict.
 func MetadataSync(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) []byte {
 	annotations := maps.Clone(vmi.Annotations)
 	if annotations == nil {
@@ -58,7 +62,6 @@ func MetadataSync(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) []byte {
 	if len(meta) == 0 {
 		return nil
 	}
-	meta["resourceVersion"] = pod.ResourceVersion
 	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		panic(err) // strings only: it cannot fail

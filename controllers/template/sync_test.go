@@ -22,13 +22,13 @@ func TestMetadataSyncBringsThePodsSyncedKeysToTheVMIs(t *testing.T) {
 		pod  *corev1.Pod
 		want string
 	}{
-		{"the VMI's node reaches its pod", vmi(map[string]string{virtv1.NodeNameLabel: "n1"}, skip), pod(nil, nil),
-			`{"metadata":{"labels":{"kubevirt.io/nodeName":"n1"},"resourceVersion":"9"}}`},
+		{"the VMI's outdated-launcher mark reaches its pod", vmi(map[string]string{virtv1.OutdatedLauncherImageLabel: ""}, skip), pod(nil, nil),
+			`{"metadata":{"labels":{"kubevirt.io/outdatedLauncherImage":""}}}`},
 		{"a descheduler ask the VMI dropped leaves the pod, other keys stay", vmi(nil, skip),
 			pod(map[string]string{"app": "x"}, map[string]string{"descheduler.alpha.kubernetes.io/evict": ""}),
-			`{"metadata":{"annotations":{"descheduler.alpha.kubernetes.io/evict":null},"resourceVersion":"9"}}`},
-		{"a pod that agrees is not patched", vmi(map[string]string{virtv1.NodeNameLabel: "n1", "app": "y"}, skip),
-			pod(map[string]string{virtv1.NodeNameLabel: "n1"}, nil), ``},
+			`{"metadata":{"annotations":{"descheduler.alpha.kubernetes.io/evict":null}}}`},
+		{"a pod that agrees is not patched, nor for its node", vmi(map[string]string{virtv1.NodeNameLabel: "n1", "app": "y"}, skip),
+			pod(map[string]string{"app": "x"}, nil), ``},
 		{"Velero's hooks are kept on the pod", vmi(nil, nil), pod(nil, backupHookAnnotations(vmi(nil, nil))), ``},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

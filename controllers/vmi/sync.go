@@ -108,11 +108,11 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 }
 
 // syncPodMetadata brings the launcher pod's synced labels and annotations
-// (its node, the descheduler's asks, Velero's hooks) to the VMI's, as
-// KubeVirt's syncDynamicAnnotationsAndLabelsToPod does on every sync of a
-// VMI with a pod: the pod's kubevirt.io/nodeName follows the VMI's. The
-// patch is made at the pod's resourceVersion; a conflict waits for the
-// pod's next event.
+// (the outdated-launcher mark, the descheduler's asks, Velero's hooks) to
+// the VMI's, as KubeVirt's syncDynamicAnnotationsAndLabelsToPod does on
+// every sync of a VMI with a pod (template.MetadataSync: all but the node
+// label). It writes only when they differ, which is when someone changed
+// the VMI's.
 func (c *Controller) syncPodMetadata(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
 	if pod.DeletionTimestamp != nil {
 		return nil
@@ -125,8 +125,8 @@ func (c *Controller) syncPodMetadata(ctx context.Context, it item, vmi *virtv1.V
 		_, err := c.env.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
 		return err
 	})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || errors.Is(err, sharded.ErrNotHeld) {
-		return nil // gone or changed: its event requeues the VMI
+	if apierrors.IsNotFound(err) || errors.Is(err, sharded.ErrNotHeld) {
+		return nil // gone, or another replica's now
 	}
 	if err != nil {
 		return fmt.Errorf("sync labels and annotations of pod %s: %w", pod.Name, err)

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -115,6 +116,11 @@ func TestBadInput(t *testing.T) {
 	}
 	t.Logf("%v adds and %v retries while the cases ran; in 20 s of quiet after: %v adds, %v retries (3 replicas)",
 		before["adds"], before["retries"], after["adds"]-before["adds"], after["retries"]-before["retries"])
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		if q, ok := strings.CutPrefix(k, "adds "); ok && after[k] > before[k] {
+			t.Logf("  queue %s: %v adds in the quiet", q, after[k]-before[k])
+		}
+	}
 
 	checkV0Logs(t, logs, clustertest.Config(t))
 }
@@ -619,9 +625,9 @@ func (e *env) failedMigration(vmiName, name, reason string) func(context.Context
 		if !slices.ContainsFunc(m.Status.Conditions, func(c virtv1.VirtualMachineInstanceMigrationCondition) bool { return c.Reason == reason }) {
 			return fmt.Sprintf("no condition with reason %s: %+v", reason, m.Status.Conditions)
 		}
-		events, err := e.kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-		if err != nil || !slices.ContainsFunc(events.Items, func(ev corev1.Event) bool { return strings.Contains(ev.Message, reason) }) {
-			return "no event naming " + reason
+		// The event says it as KubeVirt's does, in its own words.
+		if !e.hasEvent(ctx, name, "FailedMigration") {
+			return "no FailedMigration event"
 		}
 		return ""
 	}
@@ -631,12 +637,29 @@ func (e *env) removeFinalizers(name string) {
 	_, _ = e.kv.VirtualMachineInstances(e.ns).Patch(context.Background(), name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 }
 
-// queueTotals sums the replicas' workqueue adds and retries.
+// queueTotals sums the replicas' workqueue adds and retries, and the adds
+// of each queue ("adds <queue>").
 func (e *env) queueTotals() map[string]float64 {
 	out := map[string]float64{}
 	for _, r := range e.replicas {
 		out["adds"] += sum(e.t, r.Registry, "virtshard_workqueue_adds_total")
 		out["retries"] += sum(e.t, r.Registry, "virtshard_workqueue_retries_total")
+		families, err := r.Registry.Gather()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != "virtshard_workqueue_adds_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "name" {
+						out["adds "+l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
 	}
 	return out
 }
