@@ -61,8 +61,17 @@ func (c *Command) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := cluster.Up(ctx, copts); err != nil {
+	started, err := cluster.Up(ctx, copts)
+	if err != nil {
 		return err
+	}
+	if started {
+		// As the tests: a cluster this run started, it stops.
+		defer func() {
+			if err := cluster.Down(context.WithoutCancel(ctx), copts); err != nil {
+				fmt.Fprintln(out, "stop the local cluster:", err)
+			}
+		}()
 	}
 	binary, err := filepath.Abs(c.Controller)
 	if err != nil {
