@@ -128,6 +128,12 @@ var (
 	uid = regexp.MustCompile(`\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
 )
 
+// places are the values numberPlaces numbers, and their tokens' stems.
+var places = []struct {
+	pattern *regexp.Regexp
+	token   string
+}{{nodeName, "node"}, {ipAddress, "ip"}, {uid, "uid"}, {macAddress, "mac"}}
+
 // numberPlaces gives each node name, IP and MAC address, and UID of an
 // object not captured, found in objs a token, numbered in the order they
 // first appear, objects taken by kind and name, an object's fields in key order: "the node the first VMI runs on"
@@ -144,30 +150,14 @@ func (n *Normalizer) numberPlaces(objs []*unstructured.Unstructured, names []str
 		}
 		return strings.Compare(names[a], names[b])
 	})
-	nodes, ips, macs, uids := 0, 0, 0, 0
+	counts := make([]int, len(places))
 	visit := func(s string) {
-		for _, m := range nodeName.FindAllString(s, -1) {
-			if _, ok := n.replace[m]; !ok {
-				nodes++
-				n.replace[m] = fmt.Sprintf("<node#%d>", nodes)
-			}
-		}
-		for _, m := range ipAddress.FindAllString(s, -1) {
-			if _, ok := n.replace[m]; !ok {
-				ips++
-				n.replace[m] = fmt.Sprintf("<ip#%d>", ips)
-			}
-		}
-		for _, m := range uid.FindAllString(s, -1) {
-			if _, ok := n.replace[m]; !ok {
-				uids++
-				n.replace[m] = fmt.Sprintf("<uid#%d>", uids)
-			}
-		}
-		for _, m := range macAddress.FindAllString(s, -1) {
-			if _, ok := n.replace[m]; !ok {
-				macs++
-				n.replace[m] = fmt.Sprintf("<mac#%d>", macs)
+		for p, place := range places {
+			for _, m := range place.pattern.FindAllString(s, -1) {
+				if _, ok := n.replace[m]; !ok {
+					counts[p]++
+					n.replace[m] = fmt.Sprintf("<%s#%d>", place.token, counts[p])
+				}
 			}
 		}
 	}
