@@ -340,12 +340,25 @@ func goneLaunchers(s string) string {
 	return b.String()
 }
 
-// isTime reports whether s is a timestamp as the API writes them.
+// goTimeLayout is Go's time.Time.String, in which KubeVirt writes some
+// times into annotations (kubevirt.io/migration-target-ready-timestamp).
+const goTimeLayout = "2006-01-02 15:04:05.999999999 -0700 MST"
+
+// isTime reports whether s is a timestamp as the API writes them, or as
+// Go prints them.
 func isTime(s string) bool {
-	if len(s) < len("2006-01-02T15:04:05Z") || s[4] != '-' || s[10] != 'T' {
+	if len(s) < len("2006-01-02T15:04:05Z") || s[4] != '-' {
 		return false
 	}
-	_, err := time.Parse(time.RFC3339Nano, s)
+	var err error
+	switch s[10] {
+	case 'T':
+		_, err = time.Parse(time.RFC3339Nano, s)
+	case ' ':
+		_, err = time.Parse(goTimeLayout, s)
+	default:
+		return false
+	}
 	return err == nil
 }
 

@@ -170,3 +170,21 @@ func TestGoneLauncherPodsShareOneToken(t *testing.T) {
 		}
 	}
 }
+
+// TestIsTime: the API's timestamps and Go's printed times are times; text
+// that starts like a date is not.
+func TestIsTime(t *testing.T) {
+	for s, want := range map[string]bool{
+		"2026-12-04T10:00:00Z":               true,
+		"2026-12-04T10:00:00.123456Z":        true,
+		"2026-12-05 05:43:37 +0000 UTC":      true,
+		"2026-12-05 05:43:37.5 +0000 UTC":    true,
+		"2026-12-05 is a Saturday, not time": false,
+		"2026-12-05":                         false,
+		"virt-launcher-a-x7k2p":              false,
+	} {
+		if got := isTime(s); got != want {
+			t.Errorf("isTime(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -30,6 +30,11 @@ import (
 // nothing more for its VMIs and no heartbeat.
 const StoppedAnnotation = "virtshard.io/node-stopped"
 
+// FailMigrationAnnotation on a VMI makes its migrations fail: the source
+// reports the failure, with the annotation's value as the reason, when the
+// domain would have reached the target, and the target never sees it.
+const FailMigrationAnnotation = "virtshard.io/fail-migration"
+
 // UserAgent is the simulated virt-handler's user agent: the API server's
 // records tell its requests from the real one's.
 const UserAgent = "virt-handler (virtshard simulation)"

@@ -68,7 +68,7 @@ func (a *agent) syncSource(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 		return 0, a.update(ctx, vmi, reasonStarted, corev1.EventTypeNormal, "VirtualMachineInstance started.")
 	case virtv1.Running:
 		if ms := vmi.Status.MigrationState; ms != nil && ms.SourceNode == a.node && !ms.Completed && !ms.Failed && ms.EndTimestamp == nil {
-			return 0, a.syncMigrationSource(ctx, vmi)
+			return a.syncMigrationSource(ctx, vmi)
 		}
 		if pod == nil {
 			return 0, nil
@@ -86,16 +86,29 @@ func (a *agent) syncSource(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 }
 
 // syncMigrationSource starts the migration once the target is prepared
-// (its proxy ports are published).
-func (a *agent) syncMigrationSource(ctx context.Context, vmi *virtv1.VirtualMachineInstance) error {
+// (its proxy ports are published), and fails it, as virt-handler's
+// setMigrationProgressStatus reports a failure, when the VMI asks for that.
+func (a *agent) syncMigrationSource(ctx context.Context, vmi *virtv1.VirtualMachineInstance) (time.Duration, error) {
 	ms := vmi.Status.MigrationState
-	if ms.StartTimestamp != nil || len(ms.TargetDirectMigrationNodePorts) == 0 {
-		return nil
+	if len(ms.TargetDirectMigrationNodePorts) == 0 {
+		return 0, nil
 	}
 	now := a.now()
-	ms.StartTimestamp = &now
-	ms.Mode = virtv1.MigrationPreCopy
-	return a.update(ctx, vmi, reasonMigrating, corev1.EventTypeNormal, "VirtualMachineInstance is migrating.")
+	if ms.StartTimestamp == nil {
+		ms.StartTimestamp = &now
+		ms.Mode = virtv1.MigrationPreCopy
+		return 0, a.update(ctx, vmi, reasonMigrating, corev1.EventTypeNormal, "VirtualMachineInstance is migrating.")
+	}
+	reason, fails := vmi.Annotations[FailMigrationAnnotation]
+	if !fails {
+		return 0, nil
+	}
+	if left := ms.StartTimestamp.Add(a.h.opts.MigrationDuration).Sub(a.h.opts.Clock.Now()); left > 0 {
+		return left, nil
+	}
+	ms.Failed, ms.EndTimestamp, ms.FailureReason = true, &now, reason
+	return 0, a.update(ctx, vmi, reasonMigrated, corev1.EventTypeWarning,
+		fmt.Sprintf("VirtualMachineInstance migration uid %s failed. reason:%s", ms.MigrationUID, reason))
 }
 
 // syncTarget moves the target side of a migration to this node, one step
@@ -126,6 +139,9 @@ func (a *agent) syncTarget(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 	case ms.StartTimestamp == nil:
 		return 0, nil // the source has not started yet
 	case !ms.TargetNodeDomainDetected:
+		if _, fails := vmi.Annotations[FailMigrationAnnotation]; fails {
+			return 0, nil // the domain never arrives
+		}
 		if left := ms.StartTimestamp.Add(a.h.opts.MigrationDuration).Sub(a.h.opts.Clock.Now()); left > 0 {
 			return left, nil
 		}

@@ -412,3 +412,44 @@ func TestAMigrationIsPlayedByTheTargetAndTheSource(t *testing.T) {
 		t.Errorf("target pod %v (%v), want it left running", target.Status.Phase, err)
 	}
 }
+
+// TestAMigrationTheVMIAsksToFailIsReportedFailedBySource: with
+// FailMigrationAnnotation the target never sees the domain, and the source
+// reports the failure with its reason after the migration's duration, as
+// virt-handler's setMigrationProgressStatus does; the target then lets go.
+func TestAMigrationTheVMIAsksToFailIsReportedFailedBySource(t *testing.T) {
+	start := time.Now().Add(-time.Minute)
+	vmi := scheduledVMI()
+	vmi.Status.Phase = virtv1.Running
+	vmi.Annotations = map[string]string{FailMigrationAnnotation: "the guest refused"}
+	vmi.Labels[virtv1.MigrationTargetNodeNameLabel] = node2
+	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-uid",
+		SourceNode: node1, SourcePod: "virt-launcher-vmi-abcde", TargetNode: node2, TargetPod: "virt-launcher-vmi-fghij"}
+	source := launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, start)
+	target := launcherPod("virt-launcher-vmi-fghij", node2, targetIP, corev1.PodRunning, start.Add(time.Second))
+	f := newFixture(t, []runtime.Object{source, target}, vmi)
+
+	f.sync(node2) // prepare the target
+	f.sync(node1) // start
+	if ms := f.vmi().Status.MigrationState; ms.StartTimestamp == nil {
+		t.Fatalf("migration %+v not started", ms)
+	}
+	f.clock.Step(DefaultMigrationDuration)
+	if _, writes := f.sync(node2); len(writes) != 0 {
+		t.Fatalf("the target detected a domain that never arrives: %v", kvfake.Writes(writes))
+	}
+	_, writes := f.sync(node1)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	ms := f.vmi().Status.MigrationState
+	if !ms.Failed || ms.EndTimestamp == nil || ms.FailureReason != "the guest refused" || ms.Completed {
+		t.Fatalf("migration %+v, want Failed with the reason and an end, not Completed", ms)
+	}
+	if f.vmi().Status.NodeName != node1 {
+		t.Errorf("the VMI moved to %s; it stays on the source", f.vmi().Status.NodeName)
+	}
+	_, writes = f.sync(node2)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	if _, ok := f.vmi().Labels[virtv1.MigrationTargetNodeNameLabel]; ok {
+		t.Error("the target kept its label after the migration failed")
+	}
+}

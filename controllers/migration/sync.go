@@ -32,8 +32,6 @@ const (
 	ReasonVMINotRunning    = "VMINotRunning"
 	ReasonInProgress       = "MigrationInProgress"
 	ReasonTargetPodGone    = "TargetPodGone"
-	ReasonUnschedulable    = "TargetPodUnschedulable"
-	ReasonPendingTimeout   = "TargetPodPendingTimeout"
 	ReasonVMIGone          = "VMIShutDown"
 	ReasonNodeFailed       = "MigrationFailedOnNode"
 	ReasonDeleted          = "MigrationDeleted"
@@ -154,7 +152,13 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			if err := c.patchFinalizers(ctx, it, m, patch.Manage(m, Finalizer)); err != nil {
 				return 0, err
 			}
+			// KubeVirt names the source pod (SetSourcePod); the source
+			// node and UID are virtshard's, for the per-node limit
+			// (bench/differential/differences.go).
 			m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{SourceNode: vmi.Status.NodeName, MigrationUID: m.UID}
+			if s.source != nil {
+				m.Status.MigrationState.SourcePod = s.source.Name
+			}
 			next = virtv1.MigrationPending
 		case virtv1.MigrationPending:
 			if s.pod == nil {
@@ -185,9 +189,11 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 				c.env.Recorder.Eventf(m, corev1.EventTypeWarning, eventTargetPodUnschedulable,
 					"Migration target pod for VMI [%s/%s] is currently unschedulable.", vmi.Namespace, vmi.Name)
 			}
-			reason, message, left := c.podTimedOut(s.pod)
-			if reason != "" {
-				return 0, c.failAndFinish(ctx, it, s, reason, message)
+			message, left := c.podTimedOut(m, s.pod)
+			if message != "" {
+				// As KubeVirt's deleteTimedOutTargetPod: the pod goes, and
+				// its absence fails the migration on the next sync.
+				return 0, c.deleteTimedOutPod(ctx, it, m, s.pod, message)
 			}
 			after = left
 		case virtv1.MigrationScheduled:
@@ -207,6 +213,9 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 				next = virtv1.MigrationRunning
 			}
 		case virtv1.MigrationRunning:
+			if err := c.stampTargetReady(ctx, it, s.pod, ms); err != nil {
+				return 0, err
+			}
 			if ms.Completed && !ms.Failed {
 				next = virtv1.MigrationSucceeded
 			}
@@ -225,6 +234,33 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 		return 0, c.finish(ctx, it, s)
 	}
 	return after, c.writeStatus(ctx, it, m)
+}
+
+// stampTargetReady records on the target pod when the target's domain
+// was first seen ready, as KubeVirt's processMigrationPhase does once,
+// in Go's time format.
+func (c *Controller) stampTargetReady(ctx context.Context, it item, pod *corev1.Pod, ms *virtv1.VirtualMachineInstanceMigrationState) error {
+	if ms.TargetNodeDomainReadyTimestamp == nil {
+		return nil
+	}
+	if _, done := pod.Annotations[virtv1.MigrationTargetReadyTimestamp]; done {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         pod.UID,
+		"annotations": map[string]string{virtv1.MigrationTargetReadyTimestamp: ms.TargetNodeDomainReadyTimestamp.String()},
+	}})
+	if err != nil {
+		return err
+	}
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.env.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("stamp target pod %s ready: %w", pod.Name, err)
+	}
+	return nil
 }
 
 // refuse says why a new migration cannot run, as KubeVirt's admission and
@@ -276,30 +312,61 @@ func setPhase(m *virtv1.VirtualMachineInstanceMigration, phase virtv1.VirtualMac
 		virtv1.VirtualMachineInstanceMigrationPhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now()})
 }
 
-// podTimedOut applies KubeVirt's two timeouts to a target pod that is not
-// running yet; it returns the wait left otherwise.
-func (c *Controller) podTimedOut(pod *corev1.Pod) (reason, message string, left time.Duration) {
-	age := time.Since(pod.CreationTimestamp.Time)
-	for _, cond := range pod.Status.Conditions {
-		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-			since := time.Since(cond.LastTransitionTime.Time)
-			if since >= c.opts.UnschedulableTimeout {
-				return ReasonUnschedulable, fmt.Sprintf("target pod %s unschedulable for %s: %s", pod.Name, c.opts.UnschedulableTimeout, cond.Message), 0
-			}
-			left = c.opts.UnschedulableTimeout - since
+// podTimedOut applies KubeVirt's two timeouts (handlePendingPodTimeout)
+// to a target pod that is still Pending, counted in whole seconds from its
+// creation: one while it is unschedulable, one whatever the reason, each
+// overridden by the migration's annotation. It returns KubeVirt's message
+// once one has passed, or else the wait until the next.
+func (c *Controller) podTimedOut(m *virtv1.VirtualMachineInstanceMigration, pod *corev1.Pod) (message string, left time.Duration) {
+	if pod.Status.Phase != corev1.PodPending || pod.DeletionTimestamp != nil || pod.CreationTimestamp.IsZero() {
+		return "", 0
+	}
+	spent := max(time.Now().Unix()-pod.CreationTimestamp.Unix(), 0)
+	catchAll := timeoutSeconds(m, virtv1.MigrationPendingPodTimeoutSecondsAnnotation, c.opts.PendingTimeout)
+	if pendingUnschedulable(pod) {
+		unschedulable := timeoutSeconds(m, virtv1.MigrationUnschedulablePodTimeoutSecondsAnnotation, c.opts.UnschedulableTimeout)
+		if spent >= unschedulable {
+			return fmt.Sprintf("unschedulable pod %s/%s timeout period exceeded", pod.Namespace, pod.Name), 0
 		}
+		left = time.Duration(unschedulable-spent) * time.Second
 	}
-	if age >= c.opts.PendingTimeout {
-		return ReasonPendingTimeout, fmt.Sprintf("target pod %s not running after %s", pod.Name, c.opts.PendingTimeout), 0
+	if spent >= catchAll {
+		return fmt.Sprintf("pending pod %s/%s timeout period exceeded", pod.Namespace, pod.Name), 0
 	}
-	if rest := c.opts.PendingTimeout - age; left == 0 || rest < left {
+	if rest := time.Duration(catchAll-spent) * time.Second; left == 0 || rest < left {
 		left = rest
 	}
-	return "", "", left
+	return "", left
 }
 
-// pendingUnschedulable reports whether the scheduler found no node for
-// pod.
+// timeoutSeconds is the migration's annotation, or else the default; an
+// annotation that is not a number is ignored, as KubeVirt ignores it.
+func timeoutSeconds(m *virtv1.VirtualMachineInstanceMigration, annotation string, def time.Duration) int64 {
+	if v, ok := m.Annotations[annotation]; ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return int64(n)
+		}
+	}
+	return int64(def / time.Second)
+}
+
+// deleteTimedOutPod deletes a target pod that timed out, by UID, and says
+// why on the migration as KubeVirt does.
+func (c *Controller) deleteTimedOutPod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, pod *corev1.Pod, message string) error {
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		return c.env.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		c.env.Recorder.Eventf(m, corev1.EventTypeWarning, "FailedDelete", "Error deleted migration target pod: %v", err)
+		return fmt.Errorf("delete timed-out target pod of migration %s: %w", it.Key, err)
+	}
+	c.env.Recorder.Event(m, corev1.EventTypeNormal, "SuccessfulDelete", message)
+	return nil
+}
+
 func pendingUnschedulable(pod *corev1.Pod) bool {
 	if pod == nil || pod.Status.Phase != corev1.PodPending || pod.DeletionTimestamp != nil {
 		return false

@@ -3,6 +3,7 @@ package migration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -246,6 +247,7 @@ func (f *fixture) addTargetPod(t *testing.T, m *virtv1.VirtualMachineInstanceMig
 		t.Fatal(err)
 	}
 	pod.UID, pod.Spec.NodeName = "target-uid", "node-2"
+	pod.Status.Phase = corev1.PodPending // the API server's default
 	edit(pod)
 	if err := f.Kube.Tracker().Add(pod); err != nil {
 		t.Fatal(err)
@@ -263,6 +265,19 @@ func (f *fixture) addTargetPod(t *testing.T, m *virtv1.VirtualMachineInstanceMig
 	}
 	f.Kube.ClearActions()
 	return pod
+}
+
+// events drains the events recorded so far.
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.Recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
 }
 
 // failedFor checks that the last status update failed the migration for
@@ -290,30 +305,63 @@ func (f *fixture) failedFor(t *testing.T, reason string) {
 	}
 }
 
+// TestSyncTimesOutATargetPodThatNeverRuns: as KubeVirt's
+// handlePendingPodTimeout, a target pod pending past a timeout (the
+// migration's annotation, or the default) is deleted by UID with a
+// SuccessfulDelete event saying which timeout; the status is not written,
+// the pod's absence fails the migration on the next sync.
 func TestSyncTimesOutATargetPodThatNeverRuns(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		reason string
-		edit   func(*corev1.Pod)
+		name       string
+		annotation map[string]string
+		message    string
+		edit       func(*corev1.Pod)
 	}{
-		{"pending", ReasonPendingTimeout, func(p *corev1.Pod) {
+		{"pending", nil, "pending pod default/%s timeout period exceeded", func(p *corev1.Pod) {
 			p.CreationTimestamp = metav1.NewTime(time.Now().Add(-DefaultPendingTimeout - time.Minute))
 		}},
-		{"unschedulable", ReasonUnschedulable, func(p *corev1.Pod) {
+		{"unschedulable", nil, "unschedulable pod default/%s timeout period exceeded", func(p *corev1.Pod) {
 			p.CreationTimestamp = metav1.NewTime(time.Now().Add(-DefaultUnschedulableTimeout - time.Minute))
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 				Reason: corev1.PodReasonUnschedulable, LastTransitionTime: p.CreationTimestamp}}
 		}},
+		{"unschedulable, annotated", map[string]string{virtv1.MigrationUnschedulablePodTimeoutSecondsAnnotation: "5"},
+			"unschedulable pod default/%s timeout period exceeded", func(p *corev1.Pod) {
+				p.CreationTimestamp = metav1.NewTime(time.Now().Add(-10 * time.Second))
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+					Reason: corev1.PodReasonUnschedulable, LastTransitionTime: p.CreationTimestamp}}
+			}},
+		{"pending, annotated", map[string]string{virtv1.MigrationPendingPodTimeoutSecondsAnnotation: "5"},
+			"pending pod default/%s timeout period exceeded", func(p *corev1.Pod) {
+				p.CreationTimestamp = metav1.NewTime(time.Now().Add(-10 * time.Second))
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, vmi := inPhase(newMigration(), virtv1.MigrationScheduling), runningVMI()
+			m.Annotations = tc.annotation
 			source := sourcePod(t, vmi)
 			f := newFixture(t, []runtime.Object{source}, m, vmi)
-			f.addTargetPod(t, m, vmi, source, tc.edit)
+			pod := f.addTargetPod(t, m, vmi, source, tc.edit)
 			if err := f.sync(t, m, vmi); err != nil {
 				t.Fatal(err)
 			}
-			f.failedFor(t, tc.reason)
+			deleted := false
+			for _, a := range f.Kube.Actions() {
+				if d, ok := a.(k8stesting.DeleteAction); ok && a.GetResource().Resource == "pods" {
+					p := d.GetDeleteOptions().Preconditions
+					deleted = d.GetName() == pod.Name && p != nil && p.UID != nil && *p.UID == pod.UID
+				}
+			}
+			if !deleted {
+				t.Errorf("kube writes %q: want the target pod deleted with its UID as precondition", kvfake.Writes(f.Kube.Actions()))
+			}
+			if got := kvfake.Writes(f.KubeVirt.Actions()); len(got) != 0 {
+				t.Errorf("KubeVirt writes %q, want none: the next sync fails the migration", got)
+			}
+			want := "Normal SuccessfulDelete " + fmt.Sprintf(tc.message, pod.Name)
+			if got := f.events(); !slices.Contains(got, want) {
+				t.Errorf("events %q, want %q", got, want)
+			}
 		})
 	}
 }
@@ -346,6 +394,39 @@ func TestSyncFailsAMigrationTheSourceNodeReportsFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.failedFor(t, ReasonNodeFailed)
+}
+
+// TestSyncStampsTheTargetPodOnceItsDomainIsReady: a running migration
+// whose target domain was detected stamps the target pod with the time, in
+// Go's format, as KubeVirt's processMigrationPhase does; a stamped pod is
+// not written again.
+func TestSyncStampsTheTargetPodOnceItsDomainIsReady(t *testing.T) {
+	m, vmi := inPhase(newMigration(), virtv1.MigrationRunning), runningVMI()
+	source := sourcePod(t, vmi)
+	ready := metav1.NewTime(time.Date(2026, 12, 5, 5, 43, 37, 0, time.UTC))
+	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.UID, SourceNode: "node-1",
+		SourcePod: source.Name, TargetNode: "node-2", TargetNodeAddress: "10.0.0.2", StartTimestamp: &ready,
+		TargetNodeDomainDetected: true, TargetNodeDomainReadyTimestamp: &ready}
+	f := newFixture(t, []runtime.Object{source}, m, vmi)
+	pod := f.addTargetPod(t, m, vmi, source, func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.Kube.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := got.Annotations[virtv1.MigrationTargetReadyTimestamp]; v != "2026-12-05 05:43:37 +0000 UTC" {
+		t.Errorf("annotation %s = %q, want KubeVirt's 2026-12-05 05:43:37 +0000 UTC", virtv1.MigrationTargetReadyTimestamp, v)
+	}
+
+	f.Kube.ClearActions()
+	if err := f.c.stampTargetReady(context.Background(), item{Range: f.Ranges.Owner(vmi), Key: "default/m"}, got, vmi.Status.MigrationState); err != nil {
+		t.Fatal(err)
+	}
+	if w := kvfake.Writes(f.Kube.Actions()); len(w) != 0 {
+		t.Errorf("writes %q to a stamped pod", w)
+	}
 }
 
 func TestSyncOfASucceededMigrationLeavesTheSourcePodAndKeepsTheNewestFive(t *testing.T) {

@@ -264,6 +264,46 @@ func toScheduled(o observed, at metav1.Time) mutation {
 	}
 }
 
+// followingPod: a Scheduled or Running VMI keeps what KubeVirt's
+// updateStatus sets from its pods on every sync: activePods (a migration's
+// target pod joins it) and the launcher image (virt-handler clears it when
+// a migration hands the VMI to the target pod, whose image then counts).
+// It writes nothing when that is what the VMI already says.
+func followingPod(o observed) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		if v.DeletionTimestamp != nil || (v.Status.Phase != virtv1.Scheduled && v.Status.Phase != virtv1.Running) {
+			return false
+		}
+		before := v.DeepCopy()
+		o.fromPod(v)
+		return !equality.Semantic.DeepEqual(before.Status, v.Status) || !equality.Semantic.DeepEqual(before.Labels, v.Labels)
+	}
+}
+
+// podStale tells, without a copy of the VMI, whether followingPod would
+// change it: the pods it controls or the launcher image moved on.
+func podStale(v *virtv1.VirtualMachineInstance, pod *corev1.Pod, pods []*corev1.Pod) bool {
+	n := 0
+	for _, p := range pods {
+		if !metav1.IsControlledBy(p, v) {
+			continue
+		}
+		n++
+		if node, ok := v.Status.ActivePods[p.UID]; !ok || node != p.Spec.NodeName {
+			return true
+		}
+	}
+	if n != len(v.Status.ActivePods) {
+		return true
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == template.ComputeContainer {
+			return c.Image != v.Status.LauncherContainerImageVersion
+		}
+	}
+	return false
+}
+
 // toFailed: the launcher pod is gone or failed after Pending.
 func toFailed(reason, message string, at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {

@@ -626,3 +626,56 @@ func TestFinalizer(t *testing.T) {
 		t.Errorf("finalizers after finalize (-want +got):\n%s", diff)
 	}
 }
+
+// TestFollowingPod: a Running VMI follows its pods as KubeVirt's
+// updateStatus does on every sync (setActivePods, setLauncherContainerInfo):
+// a migration target joins activePods, and after the handoff, in which
+// virt-handler cleared the launcher image, the target pod's image is set
+// again. A VMI that already says so is not written.
+func TestFollowingPod(t *testing.T) {
+	source := launcherPod(true)
+	target := launcherPod(true)
+	target.Name, target.UID, target.Spec.NodeName = "virt-launcher-vm-target", "target-uid", "node-2"
+	target.Spec.Containers[0].Image = "quay.io/kubevirt/virt-launcher:v1.8.0"
+
+	v := testVMI(virtv1.Running)
+	v.Status.NodeName = "node-1"
+	observedOf(source, nil).fromPod(v) // as the Scheduled write left it
+	if podStale(v, source, []*corev1.Pod{source}) {
+		t.Fatal("podStale: a VMI that lists its one pod and its image is stale")
+	}
+	if followingPod(observedOf(source, nil))(v) {
+		t.Fatal("followingPod changed a VMI that says what its pods do")
+	}
+
+	if !podStale(v, source, []*corev1.Pod{source, target}) {
+		t.Fatal("podStale: a migration target pod that activePods lacks is not seen")
+	}
+	if !followingPod(observedOf(source, nil, target))(v) {
+		t.Fatal("followingPod did not add the target pod")
+	}
+	want := map[types.UID]string{"pod-uid": "node-1", "target-uid": "node-2"}
+	if diff := cmp.Diff(want, v.Status.ActivePods); diff != "" {
+		t.Errorf("activePods (-want +got):\n%s", diff)
+	}
+
+	// The handoff: virt-handler moved the VMI and cleared the image.
+	v.Status.NodeName, v.Status.LauncherContainerImageVersion = "node-2", ""
+	if !podStale(v, target, []*corev1.Pod{source, target}) {
+		t.Fatal("podStale: a cleared launcher image is not seen")
+	}
+	if !followingPod(observedOf(target, nil, source))(v) {
+		t.Fatal("followingPod did not set the target's image")
+	}
+	if got := v.Status.LauncherContainerImageVersion; got != target.Spec.Containers[0].Image {
+		t.Errorf("launcherContainerImageVersion = %q, want the target pod's %q", got, target.Spec.Containers[0].Image)
+	}
+	if _, outdated := v.Labels[virtv1.OutdatedLauncherImageLabel]; !outdated {
+		t.Error("a target pod on an older launcher image does not mark the VMI outdated")
+	}
+
+	final := testVMI(virtv1.Succeeded)
+	if followingPod(observedOf(source, nil, target))(final) {
+		t.Error("followingPod wrote a final VMI")
+	}
+}

@@ -368,6 +368,8 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 	case pod.Status.Phase == corev1.PodRunning && podReady(pod):
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduled) {
 			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, toScheduled(c.observe(pod, pods), metav1.Now()))
+		} else if podStale(vmi, pod, pods) && !c.batcher.Pending(it.Key, vmi.UID) {
+			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, followingPod(c.observe(pod, pods)))
 		}
 	default:
 		// Scheduling is already on its way if anything is pending for the
