@@ -123,6 +123,10 @@ func (a *agent) syncTarget(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 	now := a.now()
 	switch {
 	case ms.Failed || ms.Completed:
+		// The target's virt-launcher exits once the migration failed.
+		if pod := a.launcherPod(vmi, ms.TargetPod); ms.Failed && pod != nil && pod.Status.Phase == corev1.PodRunning {
+			return 0, a.exit(ctx, pod)
+		}
 		delete(vmi.Labels, virtv1.MigrationTargetNodeNameLabel)
 		return 0, a.update(ctx, vmi, "", "", "")
 	case ms.TargetNodeAddress == "":

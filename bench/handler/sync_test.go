@@ -447,6 +447,14 @@ func TestAMigrationTheVMIAsksToFailIsReportedFailedBySource(t *testing.T) {
 	if f.vmi().Status.NodeName != node1 {
 		t.Errorf("the VMI moved to %s; it stays on the source", f.vmi().Status.NodeName)
 	}
+	// The target's launcher exits, then the target lets go of the VMI.
+	_, writes = f.sync(node2)
+	if len(writes) != 1 || writes[0].GetResource().Resource != "pods" || writes[0].GetSubresource() != "status" {
+		t.Fatalf("writes %v, want the target pod's status", kvfake.Writes(writes))
+	}
+	if pod, err := f.kube.CoreV1().Pods(ns).Get(context.Background(), target.Name, metav1.GetOptions{}); err != nil || pod.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("target pod %v (%v), want Succeeded", pod.Status.Phase, err)
+	}
 	_, writes = f.sync(node2)
 	onlyUpdate(t, writes, "virtualmachineinstances")
 	if _, ok := f.vmi().Labels[virtv1.MigrationTargetNodeNameLabel]; ok {

@@ -52,6 +52,10 @@ type Options struct {
 	LauncherImage string
 	// Args are extra flags, e.g. --vmi-controller-threads or -v.
 	Args []string
+	// Kubeconfig is the one virt-controller connects with; the cluster's
+	// when empty. The differential harness gives it the audited user's, so
+	// that its writes can be counted.
+	Kubeconfig string
 	// Timeout bounds the wait until the process leads; 2 minutes when zero.
 	// A Lease left by another identity costs one lease duration (15 s).
 	Timeout time.Duration
@@ -63,6 +67,9 @@ func (o *Options) complete(copts cluster.Options) {
 	}
 	if o.LogDir == "" {
 		o.LogDir = filepath.Join(filepath.Dir(copts.KubeconfigPath()), "logs")
+	}
+	if o.Kubeconfig == "" {
+		o.Kubeconfig = copts.KubeconfigPath()
 	}
 	if o.LauncherImage == "" {
 		o.LauncherImage = DefaultLauncherImage
@@ -136,7 +143,7 @@ func Start(ctx context.Context, copts cluster.Options, opts Options) (*Controlle
 		return nil, err
 	}
 
-	c := &Controller{opts: opts, kubeconfig: copts.KubeconfigPath(), kube: kube, identity: identity}
+	c := &Controller{opts: opts, kubeconfig: opts.Kubeconfig, kube: kube, identity: identity}
 	if c.certDir, err = os.MkdirTemp("", "virt-controller-"); err != nil {
 		return nil, err
 	}

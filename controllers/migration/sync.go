@@ -135,7 +135,9 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			return 0, c.failAndFinish(ctx, it, s, ReasonVMIGone, "the VMI shut down during the migration")
 		case s.pod == nil:
 			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, msgTargetPodRemoved)
-		case s.pod.Status.Phase == corev1.PodFailed || s.pod.DeletionTimestamp != nil:
+		case s.pod.Status.Phase == corev1.PodFailed || s.pod.Status.Phase == corev1.PodSucceeded:
+			// KubeVirt's PodIsDown; a pod being deleted is not down until
+			// it is gone.
 			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, msgTargetPodShutDown)
 		case handedOff && ms.Failed:
 			return 0, c.failAndFinish(ctx, it, s, ReasonNodeFailed, "the source node reported the migration failed")
@@ -536,56 +538,73 @@ func failureEvent(reason, message string) string {
 	return reason + ": " + message
 }
 
-// failAndFinish records a failure and ends the migration.
+// failAndFinish records a failure and ends the migration, as KubeVirt's
+// failMigration does: the phase, and the event. A migration that could
+// not start (refused) also gets a Failed condition naming why: bad input
+// gets a condition (bench/differential/differences.go). A deleted one is
+// marked AbortRequested, as KubeVirt marks it.
 func (c *Controller) failAndFinish(ctx context.Context, it item, s state, reason, message string) error {
 	m := s.m
 	klog.FromContext(ctx).V(2).Info("Migration failed", "migration", klog.KObj(m), "reason", reason)
 	c.env.Recorder.Event(m, corev1.EventTypeWarning, eventFailedMigration, failureEvent(reason, message))
 	setPhase(m, virtv1.MigrationFailed)
-	if m.Status.MigrationState == nil {
-		m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.UID}
+	if ms := vmiMigrationState(s); ms != nil {
+		m.Status.MigrationState = ms.DeepCopy() // in this write, not finish's
 	}
-	m.Status.MigrationState.Failed, m.Status.MigrationState.Completed = true, true
-	m.Status.MigrationState.FailureReason = message
-	m.Status.Conditions = append(m.Status.Conditions, virtv1.VirtualMachineInstanceMigrationCondition{
-		Type: ConditionFailed, Status: corev1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: now(),
-	})
+	switch {
+	case refusals[reason]:
+		m.Status.Conditions = append(m.Status.Conditions, virtv1.VirtualMachineInstanceMigrationCondition{
+			Type: ConditionFailed, Status: corev1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: now(),
+		})
+	case reason == ReasonDeleted && !migrationCanceled(m):
+		m.Status.Conditions = append(m.Status.Conditions, virtv1.VirtualMachineInstanceMigrationCondition{
+			Type: virtv1.VirtualMachineInstanceMigrationAbortRequested, Status: corev1.ConditionTrue, LastProbeTime: now(),
+		})
+	}
 	if err := c.writeStatus(ctx, it, m); err != nil {
 		return err
 	}
 	return c.finish(ctx, it, s)
 }
 
+// refusals are the failures of a migration that never started because of
+// what it asked for.
+var refusals = map[string]bool{ReasonVMINotFound: true, ReasonVMINotRunning: true, ReasonInProgress: true}
+
 // migrationCanceled reports whether m failed because it was deleted.
 func migrationCanceled(m *virtv1.VirtualMachineInstanceMigration) bool {
 	for _, c := range m.Status.Conditions {
-		if c.Type == ConditionFailed && c.Reason == ReasonDeleted {
+		if c.Type == virtv1.VirtualMachineInstanceMigrationAbortRequested {
 			return true
 		}
 	}
 	return false
 }
 
-// finish cleans up after a final migration: the target pod of a failed
-// one, the permit (only after the final phase is written), older
-// migrations of the VMI, and the finalizer. The source pod of a successful
-// one is left alone, as KubeVirt leaves it: its virt-launcher exits once
-// the domain has left.
+// finish cleans up after a final migration: the migration state the VMI
+// kept of it, the target pod of a canceled one, the permit (only after the
+// final phase is written), older migrations of the VMI, and the finalizer.
+// The target pod of a migration that failed otherwise is left to the
+// node, whose virt-launcher exits, and the source pod of a successful one
+// likewise: KubeVirt deletes neither.
 func (c *Controller) finish(ctx context.Context, it item, s state) error {
 	m := s.m
-	if m.Status.Phase == virtv1.MigrationFailed && s.pod != nil && s.pod.DeletionTimestamp == nil {
+	if ms := vmiMigrationState(s); ms != nil && !equality.Semantic.DeepEqual(m.Status.MigrationState, ms) {
+		// As KubeVirt's updateStatus for a final migration.
+		m.Status.MigrationState = ms.DeepCopy()
+		if err := c.writeStatus(ctx, it, m); err != nil {
+			return err
+		}
+	}
+	if migrationCanceled(m) && s.pod != nil && s.pod.DeletionTimestamp == nil {
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
 			return c.env.Kube.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.pod.UID}})
 		})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete target pod of migration %s: %w", it.Key, err)
 		}
-		if migrationCanceled(m) {
-			// KubeVirt's handlePreHandoffMigrationCancel.
-			c.env.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "migration canceled and pod %s/%s is deleted", s.pod.Namespace, s.pod.Name)
-		} else {
-			c.env.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted target pod %s", s.pod.Name)
-		}
+		// KubeVirt's handlePreHandoffMigrationCancel.
+		c.env.Recorder.Eventf(m, corev1.EventTypeNormal, "SuccessfulDelete", "migration canceled and pod %s/%s is deleted", s.pod.Namespace, s.pod.Name)
 	}
 	if err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error { return c.permits.Release(ctx, m.UID) }); err != nil {
 		return err
@@ -596,6 +615,18 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 		}
 	}
 	return c.patchFinalizers(ctx, it, m, patch.RemoveFinalizer(m, Finalizer))
+}
+
+// vmiMigrationState is the VMI's migration state when it is this
+// migration's, handed off to the target: what KubeVirt keeps of it.
+func vmiMigrationState(s state) *virtv1.VirtualMachineInstanceMigrationState {
+	if s.vmi == nil {
+		return nil
+	}
+	if ms := s.vmi.Status.MigrationState; ms != nil && ms.MigrationUID == s.m.UID && ms.TargetNode != "" {
+		return ms
+	}
+	return nil
 }
 
 // collectGarbage keeps the newest final migrations of the VMI.

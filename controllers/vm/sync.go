@@ -25,6 +25,9 @@ import (
 // in the VM's Failure condition.
 type syncError struct {
 	reason, message string
+	// event is the event's message where KubeVirt's differs from the
+	// condition's; the condition's when empty.
+	event string
 }
 
 func (e *syncError) Error() string { return e.reason + ": " + e.message }
@@ -81,7 +84,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 			return 0, err
 		}
 		if vmi == nil && o.vm.DeletionTimestamp == nil {
-			syncErr = &syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}
+			syncErr = &syncError{reason: "FailedCreate", message: fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}
 			after = foreignRetry
 		}
 	}
@@ -115,7 +118,11 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	o.creating, o.deleting = adds > 0, dels > 0
 	if syncErr != nil && !hasFailure(o.vm, syncErr.reason) {
 		// Once, as the Failure condition appears: not on every retry.
-		c.env.Recorder.Event(o.vm, corev1.EventTypeWarning, syncErr.reason, syncErr.message)
+		msg := syncErr.message
+		if syncErr.event != "" {
+			msg = syncErr.event
+		}
+		c.env.Recorder.Event(o.vm, corev1.EventTypeWarning, syncErr.reason, msg)
 	}
 	if err := c.writeStatus(ctx, it, o, syncErr); err != nil {
 		return 0, err
@@ -224,7 +231,7 @@ func (c *Controller) startAfterBackoff(ctx context.Context, it item, vm *virtv1.
 // range so that the VM's replica also holds it.
 func newVMI(vm *virtv1.VirtualMachine, rng int) (*virtv1.VirtualMachineInstance, error) {
 	if vm.Spec.Template == nil {
-		return nil, &syncError{"FailedCreate", "the VM has no spec.template"}
+		return nil, &syncError{reason: "FailedCreate", message: "the VM has no spec.template"}
 	}
 	vmi := &virtv1.VirtualMachineInstance{
 		ObjectMeta: *vm.Spec.Template.ObjectMeta.DeepCopy(),
@@ -265,7 +272,10 @@ func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 			return c.alreadyExists(ctx, it, vm)
 		}
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) {
-			return &syncError{"FailedCreate", "Error creating virtual machine instance: " + err.Error()}
+			// KubeVirt's startVMI: the event says the create failed, the
+			// condition that starting did.
+			return &syncError{reason: "FailedCreate", message: "Failure while starting VMI: " + err.Error(),
+				event: "Error creating virtual machine instance: " + err.Error()}
 		}
 		return fmt.Errorf("create VMI %s: %w", it.Key, err)
 	}
@@ -334,7 +344,7 @@ func (c *Controller) alreadyExists(ctx context.Context, it item, vm *virtv1.Virt
 	if err != nil || adopted != nil {
 		return err
 	}
-	return errForeign{&syncError{"FailedCreate", fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}}
+	return errForeign{&syncError{reason: "FailedCreate", message: fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}}
 }
 
 func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) error {
@@ -403,14 +413,14 @@ func (c *Controller) releaseVMI(ctx context.Context, it item, o observed) error 
 func runStrategy(vm *virtv1.VirtualMachine) (virtv1.VirtualMachineRunStrategy, *syncError) {
 	switch {
 	case vm.Spec.Running != nil && vm.Spec.RunStrategy != nil:
-		return "", &syncError{ReasonInvalidRunStrategy, "spec.running and spec.runStrategy are mutually exclusive"}
+		return "", &syncError{reason: ReasonInvalidRunStrategy, message: "spec.running and spec.runStrategy are mutually exclusive"}
 	case vm.Spec.RunStrategy != nil:
 		switch s := *vm.Spec.RunStrategy; s {
 		case virtv1.RunStrategyAlways, virtv1.RunStrategyRerunOnFailure, virtv1.RunStrategyManual,
 			virtv1.RunStrategyHalted, virtv1.RunStrategyOnce:
 			return s, nil
 		default:
-			return "", &syncError{"FailedCreate", fmt.Sprintf("unknown runstrategy: %s", s)}
+			return "", &syncError{reason: "FailedCreate", message: fmt.Sprintf("unknown runstrategy: %s", s)}
 		}
 	case vm.Spec.Running != nil && *vm.Spec.Running:
 		return virtv1.RunStrategyAlways, nil
