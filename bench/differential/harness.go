@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -80,6 +81,9 @@ type Result struct {
 	Errors map[Side]error
 	// Checkpoints are compared in the scenario's order.
 	Checkpoints []CheckpointResult
+	// Writes are what each controller sent, by side; nil when the
+	// cluster keeps no audit log.
+	Writes map[Side]Writes
 }
 
 // CheckpointResult is one checkpoint of both runs compared.
@@ -94,6 +98,7 @@ type CheckpointResult struct {
 type sideRun struct {
 	namespace string
 	captures  []Capture
+	writes    Writes
 	err       error
 }
 
@@ -121,6 +126,10 @@ func Run(ctx context.Context, scenarios []*Scenario, opts Options) ([]Result, er
 	h := &harness{opts: opts, kube: kube, dyn: dyn,
 		runner: &Runner{Dynamic: dyn, Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}}
 
+	if err := h.audit(); err != nil {
+		opts.Logf("writes will not be counted: %v", err)
+	}
+
 	hook, err := startWebhook(ctx, kube)
 	if err != nil {
 		return nil, err
@@ -140,13 +149,21 @@ func Run(ctx context.Context, scenarios []*Scenario, opts Options) ([]Result, er
 	results := make([]Result, len(scenarios))
 	for i, s := range scenarios {
 		results[i] = compareRuns(s, kv[i], ours[i], opts.Known)
+		if kv[i].writes != nil && ours[i].writes != nil {
+			results[i].Writes = map[Side]Writes{KubeVirt: kv[i].writes, Virtshard: ours[i].writes}
+		}
 	}
 	return results, nil
 }
 
 type harness struct {
-	opts    Options
-	webhook *apiWebhook
+	opts Options
+	// kubeconfig is what both controllers connect with: the audited
+	// user's when the cluster keeps an audit log, so that their writes
+	// are counted.
+	kubeconfig string
+	audited    bool
+	webhook    *apiWebhook
 	kube    kubernetes.Interface
 	dyn     dynamic.Interface
 	runner  *Runner
@@ -157,6 +174,13 @@ type harness struct {
 // of it.
 func (h *harness) under(ctx context.Context, side Side, scenarios []*Scenario, start func(context.Context) (func(), error)) ([]sideRun, error) {
 	begin := time.Now()
+	var logFrom int64
+	if h.audited {
+		var err error
+		if logFrom, err = h.opts.Cluster.AuditLogEnd(); err != nil {
+			return nil, err
+		}
+	}
 	h.opts.Logf("%s: starting the controller", side)
 	stop, err := start(ctx)
 	if err != nil {
@@ -185,6 +209,11 @@ func (h *harness) under(ctx context.Context, side Side, scenarios []*Scenario, s
 	wg.Wait()
 	stop()
 	h.opts.Logf("%s: %d scenarios ran in %s", side, len(scenarios), time.Since(begin).Round(time.Second))
+	if h.audited {
+		if err := h.countWrites(runs, logFrom); err != nil {
+			return nil, fmt.Errorf("count the writes of %s: %w", side, err)
+		}
+	}
 
 	var errs []error
 	for _, r := range runs {
@@ -194,6 +223,46 @@ func (h *harness) under(ctx context.Context, side Side, scenarios []*Scenario, s
 		errs = append(errs, err)
 	}
 	return runs, errors.Join(errs...)
+}
+
+// audit makes both controllers connect as the user whose writes the
+// cluster's API server audits, when it keeps an audit log.
+func (h *harness) audit() error {
+	h.kubeconfig = h.opts.Cluster.KubeconfigPath()
+	if _, err := h.opts.Cluster.AuditLogEnd(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(h.opts.LogDir, 0o755); err != nil {
+		return err
+	}
+	audited := filepath.Join(h.opts.LogDir, "kubeconfig-audited")
+	if err := h.opts.Cluster.WriteAuditedKubeconfig(audited); err != nil {
+		return err
+	}
+	h.kubeconfig, h.audited = audited, true
+	return nil
+}
+
+// countWrites counts the writes in each run's namespace that the audit
+// log recorded after from.
+func (h *harness) countWrites(runs []sideRun, from int64) error {
+	log, err := h.opts.Cluster.OpenAuditLog(from)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	namespaces := make([]string, len(runs))
+	for i, r := range runs {
+		namespaces[i] = r.namespace
+	}
+	counts, err := countWrites(log, namespaces)
+	if err != nil {
+		return err
+	}
+	for i := range runs {
+		runs[i].writes = counts[runs[i].namespace]
+	}
+	return nil
 }
 
 // Namespace is the namespace of a scenario's run under side.
@@ -206,7 +275,7 @@ func Namespace(side Side, s *Scenario) string {
 }
 
 func (h *harness) startKubeVirt(ctx context.Context) (func(), error) {
-	c, err := kubevirt.Start(ctx, h.opts.Cluster, kubevirt.Options{LogDir: h.opts.LogDir})
+	c, err := kubevirt.Start(ctx, h.opts.Cluster, kubevirt.Options{LogDir: h.opts.LogDir, Kubeconfig: h.kubeconfig})
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +294,7 @@ func (h *harness) startVirtshard(ctx context.Context) (func(), error) {
 	if err := h.ensureNamespace(ctx, leaseNamespace); err != nil {
 		return nil, err
 	}
-	ropts := replicas.Options{Binary: h.opts.Controller, Kubeconfig: h.opts.Cluster.KubeconfigPath(),
+	ropts := replicas.Options{Binary: h.opts.Controller, Kubeconfig: h.kubeconfig,
 		Namespace: leaseNamespace, LogDir: h.opts.LogDir}
 	var running []*replicas.Replica
 	stop := func() {

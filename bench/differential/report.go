@@ -136,6 +136,7 @@ func WriteReport(w io.Writer, results []Result) error {
 	}
 
 	writeGenerations(w, results)
+	writeWrites(w, results)
 
 	for _, r := range results {
 		for _, side := range []Side{KubeVirt, Virtshard} {
