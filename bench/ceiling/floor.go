@@ -13,6 +13,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -30,10 +31,11 @@ const handoffWorkers = 16
 // with no controller: for each of opts.Count realistic VMIs, create its
 // launcher pod (KubeVirt's, as virtshard renders it) right after the VMI,
 // and once the pod runs, hand the VMI off to its node in one write
-// (Scheduled, the node name and its label); the simulated virt-handler
+// (Scheduled, the node name and its label) and label the pod with its
+// node, as KubeVirt labels every launcher pod; the simulated virt-handler
 // then starts it. VMIs/s to Running is this machine's physical limit for
 // any controller: it pays for the VMI, the pod, the scheduler, kwok and the
-// node side, and for no controller work but those two writes.
+// node side, and for no controller work but those three writes.
 func Floor(ctx context.Context, client kubernetes.Interface, kv *kubevirt.Clientset, opts Options) (Result, error) {
 	vmis := kv.VirtualMachineInstances(opts.Namespace)
 	pods := client.CoreV1().Pods(opts.Namespace)
@@ -43,7 +45,7 @@ func Floor(ctx context.Context, client kubernetes.Interface, kv *kubevirt.Client
 	queue := workqueue.NewTyped[string]()
 	defer queue.ShutDown()
 	var mu sync.Mutex
-	nodes := map[string]string{} // VMI name → its pod's node, once Running
+	placed := map[string]*corev1.Pod{} // VMI name → its pod, once Running
 	informer := cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) },
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
@@ -57,8 +59,8 @@ func Floor(ctx context.Context, client kubernetes.Interface, kv *kubevirt.Client
 			return
 		}
 		mu.Lock()
-		_, seen := nodes[ref.Name]
-		nodes[ref.Name] = pod.Spec.NodeName
+		_, seen := placed[ref.Name]
+		placed[ref.Name] = pod
 		mu.Unlock()
 		if !seen {
 			queue.Add(ref.Name)
@@ -78,10 +80,13 @@ func Floor(ctx context.Context, client kubernetes.Interface, kv *kubevirt.Client
 					return
 				}
 				mu.Lock()
-				node := nodes[name]
+				pod := placed[name]
 				mu.Unlock()
-				if err := handOff(ctx, vmis, name, node); err != nil {
+				if err := handOff(ctx, vmis, name, pod.Spec.NodeName); err != nil {
 					utilruntime.HandleErrorWithContext(ctx, err, "Floor hand-off failed", "vmi", name)
+				}
+				if err := labelNode(ctx, pods, pod.Name, pod.Spec.NodeName); err != nil {
+					utilruntime.HandleErrorWithContext(ctx, err, "Floor pod label failed", "pod", pod.Name)
 				}
 				queue.Done(name)
 			}
@@ -133,5 +138,16 @@ func handOff(ctx context.Context, vmis kubevirt.VirtualMachineInstanceInterface,
 		return err
 	}
 	_, err = vmis.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// labelNode labels a launcher pod with its node, as KubeVirt's VMI
+// controller does once the VMI is scheduled.
+func labelNode(ctx context.Context, pods corev1client.PodInterface, name, node string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{virtv1.NodeNameLabel: node}}})
+	if err != nil {
+		return err
+	}
+	_, err = pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
 }

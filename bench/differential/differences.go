@@ -32,14 +32,7 @@ var Known = []Difference{
 			"the Failed transition out of phaseTransitionTimestamps; virtshard records every phase it moves a VMI to",
 		KubeVirt: "pkg/virt-controller/watch/vmi/lifecycle.go: updateStatus (IsRunning, IsScheduled) and prepareVMIPatch",
 	},
-	{
-		Kind: "Pod", Path: "metadata.labels[kubevirt.io/nodeName]", Outcomes: []Outcome{Missing, Differ},
-		Reason: "KubeVirt labels every launcher pod with its VMI's node once the VMI is scheduled (a migration target " +
-			"with the target's); no KubeVirt component reads the label from a pod (a pod's node is spec.nodeName), and " +
-			"it costs a pod write per VMI, a third of virtshard's. A target pod keeps the label its VMI had when it was " +
-			"rendered, as KubeVirt's has until that write",
-		KubeVirt: "pkg/virt-controller/watch/vmi/lifecycle.go: syncDynamicAnnotationsAndLabelsToPod",
-	},
+
 	{
 		Kind: "Event", Object: "<event:VirtualMachine/*/FailedCreate#*>", Path: "**", Outcomes: []Outcome{Extra},
 		Reason: "virtshard records an event with each Failure condition it sets on a VM, once, so that bad input is " +

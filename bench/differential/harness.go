@@ -164,9 +164,9 @@ type harness struct {
 	kubeconfig string
 	audited    bool
 	webhook    *apiWebhook
-	kube    kubernetes.Interface
-	dyn     dynamic.Interface
-	runner  *Runner
+	kube       kubernetes.Interface
+	dyn        dynamic.Interface
+	runner     *Runner
 }
 
 // under starts a controller, runs every scenario under it, stops it, and

@@ -10,14 +10,12 @@ import (
 
 // Keys of a launcher pod's labels and annotations that follow its VMI's for
 // as long as the pod lives, as KubeVirt's syncDynamicAnnotationsAndLabelsToPod
-// keeps them (watch/vmi/lifecycle.go): the outdated-launcher mark, the
-// descheduler's eviction asks, and Velero's backup hooks. Unlike KubeVirt,
-// not the kubevirt.io/nodeName label, which KubeVirt adds to every pod once
-// its VMI is scheduled: no KubeVirt component reads it from a pod (a pod's
-// node is its spec.nodeName), and it would cost a pod write per VMI
-// (bench/differential/differences.go).
+// keeps them (watch/vmi/lifecycle.go): the node the VMI is on (a pod
+// write per VMI once it is scheduled, which operators' selectors may rely
+// on), the outdated-launcher mark, the descheduler's eviction asks, and
+// Velero's backup hooks.
 var (
-	syncedLabels      = []string{virtv1.OutdatedLauncherImageLabel}
+	syncedLabels      = []string{virtv1.NodeNameLabel, virtv1.OutdatedLauncherImageLabel}
 	syncedAnnotations = []string{
 		"descheduler.alpha.kubernetes.io/evict",
 		"descheduler.alpha.kubernetes.io/prefer-no-eviction",

@@ -27,8 +27,10 @@ func TestMetadataSyncBringsThePodsSyncedKeysToTheVMIs(t *testing.T) {
 		{"a descheduler ask the VMI dropped leaves the pod, other keys stay", vmi(nil, skip),
 			pod(map[string]string{"app": "x"}, map[string]string{"descheduler.alpha.kubernetes.io/evict": ""}),
 			`{"metadata":{"annotations":{"descheduler.alpha.kubernetes.io/evict":null}}}`},
-		{"a pod that agrees is not patched, nor for its node", vmi(map[string]string{virtv1.NodeNameLabel: "n1", "app": "y"}, skip),
-			pod(map[string]string{"app": "x"}, nil), ``},
+		{"the VMI's node reaches its pod, its other labels do not", vmi(map[string]string{virtv1.NodeNameLabel: "n1", "app": "y"}, skip),
+			pod(map[string]string{"app": "x"}, nil), `{"metadata":{"labels":{"kubevirt.io/nodeName":"n1"}}}`},
+		{"a pod that agrees is not patched", vmi(map[string]string{virtv1.NodeNameLabel: "n1", "app": "y"}, skip),
+			pod(map[string]string{virtv1.NodeNameLabel: "n1", "app": "x"}, nil), ``},
 		{"Velero's hooks are kept on the pod", vmi(nil, nil), pod(nil, backupHookAnnotations(vmi(nil, nil))), ``},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
