@@ -190,23 +190,34 @@ func (h *harness) under(ctx context.Context, side Side, scenarios []*Scenario, s
 	for i, s := range scenarios {
 		runs[i].namespace = Namespace(side, s)
 	}
+	run := func(i int) {
+		r := &runs[i]
+		if r.err = h.freshNamespace(ctx, r.namespace); r.err != nil {
+			return
+		}
+		r.captures, r.err = h.runner.Run(ctx, scenarios[i], r.namespace)
+		if r.err != nil {
+			h.opts.Logf("%s: %v", side, r.err)
+		}
+	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, h.opts.Parallel)
 	for i, s := range scenarios {
+		if s.Exclusive {
+			continue
+		}
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			r := &runs[i]
-			if r.err = h.freshNamespace(ctx, r.namespace); r.err != nil {
-				return
-			}
-			r.captures, r.err = h.runner.Run(ctx, s, r.namespace)
-			if r.err != nil {
-				h.opts.Logf("%s: %v", side, r.err)
-			}
+			run(i)
 		})
 	}
 	wg.Wait()
+	for i, s := range scenarios {
+		if s.Exclusive {
+			run(i)
+		}
+	}
 	stop()
 	h.opts.Logf("%s: %d scenarios ran in %s", side, len(scenarios), time.Since(begin).Round(time.Second))
 	if h.audited {

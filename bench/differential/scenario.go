@@ -20,7 +20,11 @@ type Scenario struct {
 	// Name is the file's name without .yaml unless set.
 	Name        string `json:"name"`
 	Description string `json:"description"`
-	Steps       []Step `json:"steps"`
+	// Exclusive scenarios run alone, after the others, one at a time:
+	// those that depend on cluster-wide state (the migration limits) or
+	// change it (a node's taints).
+	Exclusive bool   `json:"exclusive,omitempty"`
+	Steps     []Step `json:"steps"`
 }
 
 // Step is one thing a scenario does: exactly one of its fields is set.

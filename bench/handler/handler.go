@@ -35,6 +35,11 @@ const StoppedAnnotation = "virtshard.io/node-stopped"
 // domain would have reached the target, and the target never sees it.
 const FailMigrationAnnotation = "virtshard.io/fail-migration"
 
+// MigrationDurationAnnotation on a VMI sets how long its migrations'
+// domains take to reach the target (a Go duration, "20s"), in place of
+// Options.MigrationDuration.
+const MigrationDurationAnnotation = "virtshard.io/migration-duration"
+
 // UserAgent is the simulated virt-handler's user agent: the API server's
 // records tell its requests from the real one's.
 const UserAgent = "virt-handler (virtshard simulation)"

@@ -103,7 +103,7 @@ func (a *agent) syncMigrationSource(ctx context.Context, vmi *virtv1.VirtualMach
 	if !fails {
 		return 0, nil
 	}
-	if left := ms.StartTimestamp.Add(a.h.opts.MigrationDuration).Sub(a.h.opts.Clock.Now()); left > 0 {
+	if left := ms.StartTimestamp.Add(a.migrationDuration(vmi)).Sub(a.h.opts.Clock.Now()); left > 0 {
 		return left, nil
 	}
 	ms.Failed, ms.EndTimestamp, ms.FailureReason = true, &now, reason
@@ -146,7 +146,7 @@ func (a *agent) syncTarget(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 		if _, fails := vmi.Annotations[FailMigrationAnnotation]; fails {
 			return 0, nil // the domain never arrives
 		}
-		if left := ms.StartTimestamp.Add(a.h.opts.MigrationDuration).Sub(a.h.opts.Clock.Now()); left > 0 {
+		if left := ms.StartTimestamp.Add(a.migrationDuration(vmi)).Sub(a.h.opts.Clock.Now()); left > 0 {
 			return left, nil
 		}
 		ms.TargetNodeDomainDetected = true
@@ -279,4 +279,15 @@ func (a *agent) exit(ctx context.Context, pod *corev1.Pod) error {
 // serializes.
 func (a *agent) now() metav1.Time {
 	return metav1.NewTime(a.h.opts.Clock.Now().Truncate(time.Second))
+}
+
+// migrationDuration is how long vmi's migration takes: its annotation, or
+// the handler's.
+func (a *agent) migrationDuration(vmi *virtv1.VirtualMachineInstance) time.Duration {
+	if v, ok := vmi.Annotations[MigrationDurationAnnotation]; ok {
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			return d
+		}
+	}
+	return a.h.opts.MigrationDuration
 }

@@ -461,3 +461,30 @@ func TestAMigrationTheVMIAsksToFailIsReportedFailedBySource(t *testing.T) {
 		t.Error("the target kept its label after the migration failed")
 	}
 }
+
+// TestAVMIsMigrationDurationAnnotationSetsHowLongItsDomainTakes: the
+// target waits the VMI's own duration before it sees the domain.
+func TestAVMIsMigrationDurationAnnotationSetsHowLongItsDomainTakes(t *testing.T) {
+	start := time.Now().Add(-time.Minute)
+	vmi := scheduledVMI()
+	vmi.Status.Phase = virtv1.Running
+	vmi.Annotations = map[string]string{MigrationDurationAnnotation: "30s"}
+	vmi.Labels[virtv1.MigrationTargetNodeNameLabel] = node2
+	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-uid",
+		SourceNode: node1, SourcePod: "virt-launcher-vmi-abcde", TargetNode: node2, TargetPod: "virt-launcher-vmi-fghij"}
+	source := launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, start)
+	target := launcherPod("virt-launcher-vmi-fghij", node2, targetIP, corev1.PodRunning, start.Add(time.Second))
+	f := newFixture(t, []runtime.Object{source, target}, vmi)
+
+	f.sync(node2) // prepare the target
+	f.sync(node1) // start
+	if after, writes := f.sync(node2); len(writes) != 0 || after != 30*time.Second {
+		t.Fatalf("writes %v, look again in %v; want none for the VMI's 30s", kvfake.Writes(writes), after)
+	}
+	f.clock.Step(30 * time.Second)
+	_, writes := f.sync(node2)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	if !f.vmi().Status.MigrationState.TargetNodeDomainDetected {
+		t.Error("the domain is not detected once the VMI's duration passed")
+	}
+}

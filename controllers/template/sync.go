@@ -10,10 +10,11 @@ import (
 
 // Keys of a launcher pod's labels and annotations that follow its VMI's for
 // as long as the pod lives, as KubeVirt's syncDynamicAnnotationsAndLabelsToPod
-// keeps them (watch/vmi/lifecycle.go): the node the VMI is on (a pod
-// write per VMI once it is scheduled, which operators' selectors may rely
-// on), the outdated-launcher mark, the descheduler's eviction asks, and
-// Velero's backup hooks.
+// keeps them (watch/vmi/lifecycle.go): the node the VMI is on, the
+// outdated-launcher mark, the descheduler's eviction asks, and Velero's
+// backup hooks. The node label is never removed: a VMI has it from the
+// handoff on, and its pod gets it earlier, with its readiness gate, from
+// the node it is scheduled to (controllers/vmi: syncUnpaused).
 var (
 	syncedLabels      = []string{virtv1.NodeNameLabel, virtv1.OutdatedLauncherImageLabel}
 	syncedAnnotations = []string{
@@ -49,7 +50,7 @@ func MetadataSync(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) []byte {
 			switch {
 			case wanted && (!has || have != want):
 				changes[k] = want
-			case !wanted && has:
+			case !wanted && has && k != virtv1.NodeNameLabel:
 				changes[k] = nil
 			}
 		}

@@ -31,6 +31,8 @@ func TestMetadataSyncBringsThePodsSyncedKeysToTheVMIs(t *testing.T) {
 			pod(map[string]string{"app": "x"}, nil), `{"metadata":{"labels":{"kubevirt.io/nodeName":"n1"}}}`},
 		{"a pod that agrees is not patched", vmi(map[string]string{virtv1.NodeNameLabel: "n1", "app": "y"}, skip),
 			pod(map[string]string{virtv1.NodeNameLabel: "n1", "app": "x"}, nil), ``},
+		{"the pod's node label, set with its readiness gate, stays while the VMI has none", vmi(nil, skip),
+			pod(map[string]string{virtv1.NodeNameLabel: "n1"}, nil), ``},
 		{"Velero's hooks are kept on the pod", vmi(nil, nil), pod(nil, backupHookAnnotations(vmi(nil, nil))), ``},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

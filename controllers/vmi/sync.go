@@ -397,6 +397,13 @@ func migratedAway(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) bool {
 // condition, as KubeVirt's syncPausedConditionToPod does: True unless the
 // VMI is paused. Without it no kubelet reports the pod Ready. The patch
 // carries the pod's UID, so it cannot land on a successor of that name.
+//
+// It waits for the scheduler's answer (no kubelet reads the gate before),
+// and with a node also labels the pod with it: KubeVirt labels every
+// launcher pod kubevirt.io/nodeName once its VMI is scheduled, in a write
+// of its own; here it rides in this one (pods/status takes labels), so
+// the label costs no write. An unschedulable pod gets its gate as
+// KubeVirt's does.
 func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) error {
 	paused := false
 	if cond := vmistatus.Condition(vmi, virtv1.VirtualMachineInstancePaused); cond != nil && cond.Status == corev1.ConditionTrue {
@@ -415,13 +422,20 @@ func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.Virt
 	if sent, ok := c.gatesSent.Load(pod.UID); ok && sent.(bool) != paused {
 		return nil // our patch is on its way to the cache
 	}
+	if pod.Spec.NodeName == "" && unschedulable(pod) == nil {
+		return nil // the scheduler's answer brings the VMI back here
+	}
+	meta := map[string]any{"uid": pod.UID}
+	if node := pod.Spec.NodeName; node != "" && pod.Labels[virtv1.NodeNameLabel] != node {
+		meta["labels"] = map[string]string{virtv1.NodeNameLabel: node}
+	}
 	status, reason, message := corev1.ConditionTrue, "NotPaused", "the virtual machine is not paused"
 	if paused {
 		status, reason, message = corev1.ConditionFalse, "Paused", "the virtual machine is paused"
 	}
 	now := metav1.Now()
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": pod.UID},
+		"metadata": meta,
 		"status": map[string]any{"conditions": []corev1.PodCondition{{
 			Type: virtv1.VirtualMachineUnpaused, Status: status, Reason: reason, Message: message,
 			LastProbeTime: now, LastTransitionTime: now,

@@ -2,6 +2,7 @@ package vmi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -485,5 +486,61 @@ func TestALateCreateAfterAHandoffMakesNoSecondLauncherPod(t *testing.T) {
 	}
 	if len(pods.Items) != 1 {
 		t.Errorf("%d launcher pods, want one", len(pods.Items))
+	}
+}
+
+// TestSyncGatesAPodOnceTheSchedulerAnswered: the readiness gate waits for
+// the scheduler's answer; a pod with a node gets its kubevirt.io/nodeName
+// label in the same pods/status patch, an unschedulable one its gate only.
+func TestSyncGatesAPodOnceTheSchedulerAnswered(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		edit      func(*corev1.Pod)
+		wantPatch bool
+		wantLabel string
+	}{
+		{"not scheduled yet", func(*corev1.Pod) {}, false, ""},
+		{"scheduled", func(p *corev1.Pod) { p.Spec.NodeName = "node-1" }, true, "node-1"},
+		{"unschedulable", func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+		}, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vmi := newVMI("a")
+			vmi.Status.Phase = virtv1.Scheduling
+			pod := runningLauncherPod(t, vmi)
+			pod.Status.Phase = corev1.PodPending
+			tc.edit(pod)
+			f := newFixture(t, vmi, pod)
+			if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+				t.Fatal(err)
+			}
+			var patches []string
+			for _, a := range f.Kube.Actions() {
+				if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "pods" && a.GetSubresource() == "status" {
+					patches = append(patches, string(p.GetPatch()))
+				}
+			}
+			if !tc.wantPatch {
+				if len(patches) != 0 {
+					t.Errorf("pod status patches %q before the scheduler answered", patches)
+				}
+				return
+			}
+			if len(patches) != 1 || !strings.Contains(patches[0], string(virtv1.VirtualMachineUnpaused)) {
+				t.Fatalf("pod status patches %q, want one with the readiness gate", patches)
+			}
+			var body struct {
+				Metadata struct {
+					Labels map[string]string `json:"labels"`
+				} `json:"metadata"`
+			}
+			if err := json.Unmarshal([]byte(patches[0]), &body); err != nil {
+				t.Fatal(err)
+			}
+			if got := body.Metadata.Labels[virtv1.NodeNameLabel]; got != tc.wantLabel {
+				t.Errorf("label %s = %q in the gate's patch, want %q", virtv1.NodeNameLabel, got, tc.wantLabel)
+			}
+		})
 	}
 }
