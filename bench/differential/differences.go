@@ -52,6 +52,13 @@ var Known = []Difference{
 		KubeVirt: "pkg/virt-controller/watch/migration/migration.go: handleTargetPodHandoff",
 	},
 	{
+		Kind: "Event", Object: "<event:VirtualMachineInstanceMigration/*/FailedMigration#2>", Path: "**", Outcomes: []Outcome{Missing},
+		Reason: "a migration fails once; KubeVirt reports it again (\"Migration failed because target pod shutdown during " +
+			"migration\") when the target's launcher exits before its own Failed write is back in its cache, and its " +
+			"sync of the stale migration takes the target pod's end for a new failure",
+		KubeVirt: "pkg/virt-controller/watch/migration/migration.go: updateStatus (PodIsDown before the VMI's Failed)",
+	},
+	{
 		Kind: "VirtualMachineInstanceMigration", Path: "status.migrationState.sourceNode", Outcomes: []Outcome{Extra},
 		Reason: migrationStateReason, KubeVirt: "pkg/controller/controller.go: SetSourcePod",
 	},
