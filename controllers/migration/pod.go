@@ -96,11 +96,9 @@ func (c *Controller) setRuntimeUser(ctx context.Context, it item, vmi *virtv1.Vi
 	return patched, nil
 }
 
+// createTargetPod creates the target pod of m for vmi, whose runtime user
+// is set (setRuntimeUser).
 func (c *Controller) createTargetPod(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, source *corev1.Pod) (*corev1.Pod, error) {
-	vmi, err := c.setRuntimeUser(ctx, it, vmi)
-	if err != nil {
-		return nil, err
-	}
 	pod, err := c.renderTargetPod(it.Range, m, vmi, source)
 	if err != nil {
 		return nil, fmt.Errorf("render target pod of migration %s: %w", it.Key, err)

@@ -164,8 +164,15 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			next = virtv1.MigrationPending
 		case virtv1.MigrationPending:
 			if s.pod == nil {
+				// As KubeVirt's: the VMI is readied for a target pod before
+				// the limits are asked, so a migration waiting for a slot
+				// has already set it.
+				var err error
+				if vmi, err = c.setRuntimeUser(ctx, it, vmi); err != nil {
+					return 0, err
+				}
 				var granted bool
-				err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+				err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
 					granted, err = c.permits.Acquire(ctx, c.candidate(m), c.waiting(), c.limits())
 					return err
 				})

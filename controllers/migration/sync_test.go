@@ -138,6 +138,34 @@ func TestSyncStartsAMigrationOfARunningVMI(t *testing.T) {
 	}
 }
 
+// TestSyncSetsTheRuntimeUserOfAMigrationWaitingForASlot: as KubeVirt's,
+// the VMI gets its runtime user before the limits are asked, so a
+// migration that waits for a slot has set it; no target pod is created.
+func TestSyncSetsTheRuntimeUserOfAMigrationWaitingForASlot(t *testing.T) {
+	m, vmi := inPhase(newMigration(), virtv1.MigrationPending), runningVMI()
+	other := inPhase(newMigration(), virtv1.MigrationRunning)
+	other.Name, other.UID, other.Spec.VMIName = "other", "other-uid", "b"
+	f := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, m, vmi, other)
+	f.c.opts.Limits = Limits{PerCluster: 1, PerNode: 2}
+	full := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.c.permits.Namespace, Name: f.c.permits.Name},
+		Data:       map[string]string{permitsKey: `{"other-uid":{"node":"node-9","granted":"` + time.Now().Format(time.RFC3339) + `"}}`},
+	}
+	if _, err := f.Kube.CoreV1().ConfigMaps(full.Namespace).Create(context.Background(), full, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.Kube.ClearActions()
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Contains(got, "patch virtualmachineinstances") {
+		t.Errorf("KubeVirt writes %q, want the VMI's runtime user while the migration waits", got)
+	}
+	if got := kvfake.Writes(f.Kube.Actions()); slices.Contains(got, "create pods") {
+		t.Errorf("kube writes %q: a target pod beyond the cluster's limit", got)
+	}
+}
+
 func TestSyncRefusesAMigrationOfAVMIThatIsNotRunning(t *testing.T) {
 	m, vmi := newMigration(), runningVMI()
 	vmi.Status.Phase = virtv1.Scheduled
