@@ -376,6 +376,8 @@ func (c *Controller) deleteTimedOutPod(ctx context.Context, it item, m *virtv1.V
 	return nil
 }
 
+// pendingUnschedulable reports whether the scheduler found no node for
+// pod.
 func pendingUnschedulable(pod *corev1.Pod) bool {
 	if pod == nil || pod.Status.Phase != corev1.PodPending || pod.DeletionTimestamp != nil {
 		return false
