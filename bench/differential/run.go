@@ -31,6 +31,7 @@ var Captured = []schema.GroupVersionResource{
 	corev1.SchemeGroupVersion.WithResource("pods"),
 	corev1.SchemeGroupVersion.WithResource("events"),
 	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"},
+	{Group: "apps", Version: "v1", Resource: "controllerrevisions"},
 }
 
 // Runner runs scenarios on a cluster, under whichever controller runs

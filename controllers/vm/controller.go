@@ -5,6 +5,7 @@ import (
 	"flag"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/expectations"
@@ -74,6 +75,9 @@ func (c *Controller) declare() *sharded.Controller {
 		Watches: []sharded.Watch{
 			sharded.On(kinds.VMs, sharded.Events[*virtv1.VirtualMachine]{Keys: sharded.ItsOwnKey[*virtv1.VirtualMachine]}, nil),
 			sharded.On(kinds.VMIs, c.vmiEvents(), nil),
+			// Cached to find a VM's older start revisions; their events
+			// queue nothing.
+			sharded.On(revisions, sharded.Events[*appsv1.ControllerRevision]{Keys: noKeys[*appsv1.ControllerRevision]}, nil),
 		},
 		Sync:   c.sync,
 		Forget: c.expectations.DropRange,
@@ -105,3 +109,6 @@ func (c *Controller) vmiEvents() sharded.Events[*virtv1.VirtualMachineInstance] 
 		},
 	}
 }
+
+// noKeys queues nothing: a kind watched only to be cached.
+func noKeys[T any](T) []string { return nil }

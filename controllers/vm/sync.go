@@ -256,6 +256,14 @@ func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualM
 	if err != nil {
 		return err
 	}
+	revision, err := c.startRevision(ctx, it, vm)
+	if errors.Is(err, sharded.ErrNotHeld) {
+		return nil // not ours any more: the range's holder starts the VM
+	}
+	if err != nil {
+		return err
+	}
+	vmi.Status.VirtualMachineRevisionName = revision
 	var created *virtv1.VirtualMachineInstance
 	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
 		c.expectations.ExpectCreations(it.Range, it.Key, 1)

@@ -1,0 +1,146 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// A VM's start revision is the ControllerRevision KubeVirt v1.8.1's VM
+// controller stores each time it starts the VM (createVMRevision in
+// pkg/virt-controller/watch/vm/vm.go): the VM's spec as it started, named
+// revision-start-vm-<VM UID>-<generation>, controlled by the VM, its
+// Revision the generation; the VMI names it in
+// status.virtualMachineRevisionName, and a start at a new generation
+// deletes the VM's older ones. virtshard stamps its VM's range on it, so
+// that the VM's replica caches it.
+
+// byOwner indexes revisions by the UID of the VM that controls them.
+const byOwner = "ownerUID"
+
+// revisions are the start revisions of VMs, on their VM's range.
+var revisions = caches.Kind[*appsv1.ControllerRevision]{
+	Resource:  "controllerrevisions",
+	Placement: shard.OwnersRange,
+	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
+		crs := c.Kube.AppsV1()
+		return &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return crs.ControllerRevisions(ns).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return crs.ControllerRevisions(ns).Watch(ctx, o)
+			},
+		}
+	},
+	Trim: trimRevision,
+	Indexers: cache.Indexers{byOwner: func(obj any) ([]string, error) {
+		if ref := metav1.GetControllerOf(obj.(*appsv1.ControllerRevision)); ref != nil {
+			return []string{string(ref.UID)}, nil
+		}
+		return nil, nil
+	}},
+}
+
+// trimRevision keeps what the controller reads of a revision: its
+// metadata and number, not the spec it holds.
+func trimRevision(obj any) (any, error) {
+	if cr, ok := obj.(*appsv1.ControllerRevision); ok {
+		cr.ManagedFields = nil
+		cr.Data = runtime.RawExtension{}
+	}
+	return obj, nil
+}
+
+func startRevisionPrefix(vm *virtv1.VirtualMachine) string {
+	return "revision-start-vm-" + string(vm.UID)
+}
+
+// startRevisionName is KubeVirt's getVMRevisionName.
+func startRevisionName(vm *virtv1.VirtualMachine) string {
+	return fmt.Sprintf("%s-%d", startRevisionPrefix(vm), vm.Generation)
+}
+
+// newStartRevision is the revision of vm's start: the spec, as KubeVirt
+// writes it ({"spec": …}, keys sorted as a map marshals them).
+func newStartRevision(vm *virtv1.VirtualMachine, rng int) (*appsv1.ControllerRevision, error) {
+	raw, err := json.Marshal(vm.Spec)
+	if err != nil {
+		return nil, err
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		return nil, err
+	}
+	cr := &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            startRevisionName(vm),
+			Namespace:       vm.Namespace,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vm, virtv1.VirtualMachineGroupVersionKind)},
+		},
+		Data:     runtime.RawExtension{Raw: data},
+		Revision: vm.Generation,
+	}
+	shard.StampRange(cr, rng)
+	return cr, nil
+}
+
+// startRevision makes sure vm's revision of this start exists, deletes
+// its older ones, and returns the name the VMI records.
+func (c *Controller) startRevision(ctx context.Context, it item, vm *virtv1.VirtualMachine) (string, error) {
+	name := startRevisionName(vm)
+	have := false
+	if r := c.env.Caches.Get(it.Range); r != nil {
+		owned, err := revisions.In(r).ByIndex(byOwner, string(vm.UID))
+		if err != nil {
+			return "", err
+		}
+		for _, cr := range owned {
+			if !strings.HasPrefix(cr.Name, startRevisionPrefix(vm)) {
+				continue
+			}
+			if cr.Revision == vm.Generation {
+				have = true
+				continue
+			}
+			err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+				return c.env.Kube.AppsV1().ControllerRevisions(cr.Namespace).Delete(ctx, cr.Name,
+					metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cr.UID}})
+			})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return "", fmt.Errorf("delete revision %s of VM %s: %w", cr.Name, it.Key, err)
+			}
+		}
+	}
+	if have {
+		return name, nil
+	}
+	cr, err := newStartRevision(vm, it.Range)
+	if err != nil {
+		return "", err
+	}
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.env.Kube.AppsV1().ControllerRevisions(vm.Namespace).Create(ctx, cr, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("create revision %s of VM %s: %w", name, it.Key, err)
+	}
+	return name, nil
+}
