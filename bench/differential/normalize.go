@@ -97,6 +97,11 @@ func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 		return strings.Compare(a, b)
 	})
 
+	// A name may hold another object's UID (a VM's start revision is
+	// revision-start-vm-<VM UID>-<generation>).
+	for i := range names {
+		names[i] = n.text(names[i])
+	}
 	out := make([]Object, len(objs))
 	for i, obj := range objs {
 		content := obj.DeepCopy().Object

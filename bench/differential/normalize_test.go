@@ -188,3 +188,29 @@ func TestIsTime(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalizeNamesAnObjectByTheUIDItsNameHolds: a VM's start revision is
+// named after the VM's UID, which differs between runs; both runs' revisions
+// are one object.
+func TestNormalizeNamesAnObjectByTheUIDItsNameHolds(t *testing.T) {
+	capture := func(vmUID string) []*unstructured.Unstructured {
+		vm := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+			"metadata": map[string]any{"name": "a", "namespace": "ns", "uid": vmUID},
+		}}
+		revision := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apps/v1", "kind": "ControllerRevision", "revision": int64(1),
+			"metadata": map[string]any{"name": "revision-start-vm-" + vmUID + "-1", "namespace": "ns", "uid": vmUID + "-cr",
+				"ownerReferences": []any{map[string]any{"kind": "VirtualMachine", "name": "a", "uid": vmUID, "controller": true}}},
+		}}
+		return []*unstructured.Unstructured{vm, revision}
+	}
+	a := (&Normalizer{}).Normalize(capture("11111111-1111-1111-1111-111111111111"))
+	b := (&Normalizer{}).Normalize(capture("22222222-2222-2222-2222-222222222222"))
+	if a[1].Name != b[1].Name || a[1].Name != "revision-start-vm-<uid:VirtualMachine/a>-1" {
+		t.Errorf("revision names %q and %q, want both revision-start-vm-<uid:VirtualMachine/a>-1", a[1].Name, b[1].Name)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("runs differ after normalizing:\n%v\n%v", a, b)
+	}
+}
