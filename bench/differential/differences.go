@@ -62,14 +62,6 @@ var Known = []Difference{
 			"sync of the stale migration takes the target pod's end for a new failure",
 		KubeVirt: "pkg/virt-controller/watch/migration/migration.go: updateStatus (PodIsDown before the VMI's Failed)",
 	},
-	{
-		Kind: "VirtualMachineInstanceMigration", Path: "status.migrationState.sourceNode", Outcomes: []Outcome{Extra},
-		Reason: migrationStateReason, KubeVirt: "pkg/controller/controller.go: SetSourcePod",
-	},
-	{
-		Kind: "VirtualMachineInstanceMigration", Path: "status.migrationState.migrationUid", Outcomes: []Outcome{Extra},
-		Reason: migrationStateReason, KubeVirt: "pkg/controller/controller.go: SetSourcePod",
-	},
 
 	// Not built yet: each closes with the issue that builds it.
 
@@ -80,10 +72,3 @@ var Known = []Difference{
 		KubeVirt: "pkg/virt-controller/watch/vm/vm.go: syncGenerationInfo",
 	},
 }
-
-// migrationStateReason: the per-node limit is counted by the replicas of
-// every range, and a migration of another range shows them its source
-// node only in its own status.
-const migrationStateReason = "while a migration is under way KubeVirt's migration status names its source pod only; " +
-	"virtshard's names the source node and the migration's UID too, so that a replica counts another range's " +
-	"pending migrations against the per-node limit without that range's VMIs and pods in its caches"

@@ -154,12 +154,9 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			if err := c.patchFinalizers(ctx, it, m, patch.Manage(m, Finalizer)); err != nil {
 				return 0, err
 			}
-			// KubeVirt names the source pod (SetSourcePod); the source
-			// node and UID are virtshard's, for the per-node limit
-			// (bench/differential/differences.go).
-			m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{SourceNode: vmi.Status.NodeName, MigrationUID: m.UID}
+			// As KubeVirt's SetSourcePod.
 			if s.source != nil {
-				m.Status.MigrationState.SourcePod = s.source.Name
+				m.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{SourcePod: s.source.Name}
 			}
 			next = virtv1.MigrationPending
 		case virtv1.MigrationPending:
@@ -173,7 +170,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 				}
 				var granted bool
 				err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-					granted, err = c.permits.Acquire(ctx, c.candidate(m), c.waiting(), c.limits())
+					granted, err = c.permits.Acquire(ctx, asking(m, vmi.Status.NodeName), c.waiting(), c.limits())
 					return err
 				})
 				if err != nil {
@@ -296,12 +293,16 @@ func system(m *virtv1.VirtualMachineInstanceMigration) bool {
 	return evacuation || (m.Spec.Priority != nil && *m.Spec.Priority == virtv1.PrioritySystemCritical)
 }
 
-func (c *Controller) candidate(m *virtv1.VirtualMachineInstanceMigration) candidate {
-	node := ""
-	if m.Status.MigrationState != nil {
-		node = m.Status.MigrationState.SourceNode
-	}
+// asking is m as it asks for a permit, from node, its VMI's.
+func asking(m *virtv1.VirtualMachineInstanceMigration, node string) candidate {
 	return candidate{uid: m.UID, node: node, hasNode: node != "", system: system(m)}
+}
+
+// waitingNode is the source node of a waiting migration that may be of
+// another range, whose VMI this replica does not hold: an evacuation names
+// it (kubevirt.io/evacuationMigration), others are not known.
+func waitingNode(m *virtv1.VirtualMachineInstanceMigration) string {
+	return m.Annotations[virtv1.EvacuationMigrationAnnotation]
 }
 
 // waiting are the migrations, cluster-wide, that wait for a permit.
@@ -309,7 +310,7 @@ func (c *Controller) waiting() []candidate {
 	var out []candidate
 	for _, m := range kinds.Migrations.All(c.env.Caches).List() {
 		if m.Status.Phase == virtv1.MigrationPending && m.DeletionTimestamp == nil {
-			out = append(out, c.candidate(m))
+			out = append(out, asking(m, waitingNode(m)))
 		}
 	}
 	return out
