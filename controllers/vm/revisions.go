@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -54,14 +55,57 @@ var revisions = caches.Kind[*appsv1.ControllerRevision]{
 	}},
 }
 
-// trimRevision keeps what the controller reads of a revision: its
-// metadata and number, not the spec it holds.
+// trimRevision drops a revision's managed fields. Its data stays: the
+// spec the VM started from is what a running VMI's generation and the
+// RestartRequired condition are judged against, on every sync of a
+// running VM, as KubeVirt judges them from its own revision cache.
 func trimRevision(obj any) (any, error) {
 	if cr, ok := obj.(*appsv1.ControllerRevision); ok {
 		cr.ManagedFields = nil
-		cr.Data = runtime.RawExtension{}
 	}
 	return obj, nil
+}
+
+// startedSpec is the spec a start revision holds.
+func startedSpec(cr *appsv1.ControllerRevision) (*virtv1.VirtualMachineSpec, error) {
+	var data struct {
+		Spec virtv1.VirtualMachineSpec `json:"spec"`
+	}
+	if err := json.Unmarshal(cr.Data.Raw, &data); err != nil {
+		return nil, fmt.Errorf("revision %s/%s: %w", cr.Namespace, cr.Name, err)
+	}
+	return &data.Spec, nil
+}
+
+// lastStartedSpec is the spec of vm's latest start revision on the
+// range, nil when there is none (KubeVirt's getLastVMRevisionSpec).
+func lastStartedSpec(r *caches.Range, vm *virtv1.VirtualMachine) (*virtv1.VirtualMachineSpec, error) {
+	owned, err := revisions.In(r).ByIndex(byOwner, string(vm.UID))
+	if err != nil {
+		return nil, err
+	}
+	var last *appsv1.ControllerRevision
+	var lastGen int64
+	for _, cr := range owned {
+		if gen, ok := startGeneration(vm, cr.Name); ok && (last == nil || gen > lastGen) {
+			last, lastGen = cr, gen
+		}
+	}
+	if last == nil {
+		return nil, nil
+	}
+	return startedSpec(last)
+}
+
+// startGeneration is the generation in the name of one of vm's start
+// revisions, and whether name is one.
+func startGeneration(vm *virtv1.VirtualMachine, name string) (int64, bool) {
+	suffix, ok := strings.CutPrefix(name, startRevisionPrefix(vm)+"-")
+	if !ok {
+		return 0, false
+	}
+	gen, err := strconv.ParseInt(suffix, 10, 64)
+	return gen, err == nil
 }
 
 func startRevisionPrefix(vm *virtv1.VirtualMachine) string {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,16 +59,34 @@ func (c *Controller) status(o observed, syncErr *syncError) virtv1.VirtualMachin
 	status.Ready = vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceReady, corev1.ConditionTrue, "")
 	if vmi != nil {
 		status.RunStrategy = o.strategy
-		status.DesiredGeneration = vm.Generation
-		if gen, err := strconv.ParseInt(vmi.Annotations[virtv1.VirtualMachineGenerationAnnotation], 10, 64); err == nil {
-			status.ObservedGeneration = gen
+		// Both, or neither while the VMI's generation is unknown.
+		if gen, ok := vmiGeneration(vmi); ok {
+			status.ObservedGeneration, status.DesiredGeneration = gen, vm.Generation
 		}
 	}
 	status.StartFailure = c.startFailure(o, status.StartFailure, now.Time)
 	status.StateChangeRequests = stateChangeRequests(o)
 	status.Conditions = conditions(vm, vmi, syncErr, now)
+	switch o.restart {
+	case restartRequired:
+		// Kept as it is once True, time included (KubeVirt's UpdateCondition).
+		cond := virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue,
+			Message: restartMessage, LastTransitionTime: now}
+		switch i := slices.IndexFunc(status.Conditions, isRestartRequired); {
+		case i < 0:
+			status.Conditions = append(status.Conditions, cond)
+		case status.Conditions[i].Status != cond.Status || status.Conditions[i].Reason != "":
+			status.Conditions[i] = cond
+		}
+	case restartNotRequired:
+		status.Conditions = slices.DeleteFunc(status.Conditions, isRestartRequired)
+	}
 	status.PrintableStatus = printableStatus(o, status.StartFailure)
 	return status
+}
+
+func isRestartRequired(c virtv1.VirtualMachineCondition) bool {
+	return c.Type == virtv1.VirtualMachineRestartRequired
 }
 
 // startFailure counts VMIs that ended without ever running, for the

@@ -8,13 +8,16 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
@@ -28,6 +31,9 @@ type syncError struct {
 	// event is the event's message where KubeVirt's differs from the
 	// condition's; the condition's when empty.
 	event string
+	// silent: KubeVirt records no event, only the condition (a live
+	// change that waits for a migration to end).
+	silent bool
 }
 
 func (e *syncError) Error() string { return e.reason + ": " + e.message }
@@ -41,6 +47,8 @@ type observed struct {
 	// creating and deleting: a VMI create or delete was sent and is not
 	// observed yet.
 	creating, deleting bool
+	// restart is what the sync says of the RestartRequired condition.
+	restart restartVerdict
 }
 
 // sync reconciles one VM. It returns how long to wait before the next sync
@@ -113,16 +121,32 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		if err != nil {
 			return 0, err
 		}
+		// Judged once the run strategy acted without a failure, against
+		// the VMI the sync began with, as KubeVirt judges it.
+		if syncErr == nil && o.vm.DeletionTimestamp == nil {
+			retry, err := c.follow(ctx, it, r, &o, &syncErr)
+			if err != nil {
+				return 0, err
+			}
+			if retry > 0 {
+				after = retry
+			}
+		}
 	}
 	adds, dels := c.expectations.Pending(it.Range, it.Key)
 	o.creating, o.deleting = adds > 0, dels > 0
-	if syncErr != nil && !hasFailure(o.vm, syncErr.reason) {
+	if syncErr != nil && !syncErr.silent && !hasFailure(o.vm, syncErr.reason) {
 		// Once, as the Failure condition appears: not on every retry.
 		msg := syncErr.message
 		if syncErr.event != "" {
 			msg = syncErr.event
 		}
 		c.env.Recorder.Event(o.vm, corev1.EventTypeWarning, syncErr.reason, msg)
+	}
+	if o.vmi != nil {
+		if o.vmi, err = c.restoreGeneration(ctx, it, r, o.vm, o.vmi); err != nil {
+			return 0, err
+		}
 	}
 	if err := c.writeStatus(ctx, it, o, syncErr); err != nil {
 		return 0, err
@@ -131,6 +155,47 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		return 0, err
 	}
 	return after, nil
+}
+
+// follow judges whether the VM needs a restart, and brings what follows
+// the VM while its VMI runs up to date: the persisted firmware UUID, the
+// VMI's followed annotations and its live fields. Like KubeVirt, it waits
+// for a VMI the sync created or deleted to be seen first. A step that
+// fails sets *syncErr and says when to look again.
+func (c *Controller) follow(ctx context.Context, it item, r *caches.Range, o *observed, syncErr **syncError) (time.Duration, error) {
+	if o.vmi != nil {
+		var err error
+		if o.restart, err = c.judgeRestart(r, o.vm, o.vmi); err != nil {
+			return 0, err
+		}
+	}
+	if !c.expectations.Satisfied(it.Range, it.Key) {
+		return 0, nil
+	}
+	steps := []func() error{
+		func() error { return c.persistFirmwareUUID(ctx, it, o) },
+		func() error { return c.syncMetadata(ctx, it, o) },
+		func() error {
+			if !c.liveChangesApply(o) {
+				return nil
+			}
+			// A migration that holds a change back brings the VM back as it ends.
+			return c.applyLiveChanges(ctx, it, o)
+		},
+	}
+	for i, step := range steps {
+		err := step()
+		switch {
+		case errors.As(err, syncErr):
+			if i == len(steps)-1 {
+				return 0, nil
+			}
+			return followRetry, nil
+		case err != nil:
+			return 0, err
+		}
+	}
+	return 0, nil
 }
 
 // hasFailure reports whether vm already has a Failure condition for reason.
@@ -159,6 +224,17 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 	if err := c.patchVMFinalizers(ctx, it, vm, patch.Manage(vm, virtv1.VirtualMachineControllerFinalizer)); err != nil {
 		return 0, err
 	}
+	if vmi != nil {
+		r := c.env.Caches.Get(it.Range)
+		if r == nil {
+			return 0, nil
+		}
+		var err error
+		if o.vmi, err = c.bumpGeneration(ctx, it, r, vm, vmi); err != nil {
+			return 0, err
+		}
+		vmi = o.vmi
+	}
 	start, stop := c.requests(o)
 	switch o.strategy {
 	case virtv1.RunStrategyAlways:
@@ -166,7 +242,7 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 			return 0, c.deleteVMI(ctx, it, vm, vmi)
 		}
 		if vmi == nil {
-			return c.startAfterBackoff(ctx, it, vm)
+			return c.startAfterBackoff(ctx, it, o)
 		}
 	case virtv1.RunStrategyRerunOnFailure:
 		// A VMI that ended is deleted either way, as KubeVirt's does; only
@@ -177,18 +253,18 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 		// Started once the strategy is (newly) RerunOnFailure, and again
 		// after a failure or on request.
 		if vmi == nil && (start || vm.Status.RunStrategy != virtv1.RunStrategyRerunOnFailure) {
-			return c.startAfterBackoff(ctx, it, vm)
+			return c.startAfterBackoff(ctx, it, o)
 		}
 	case virtv1.RunStrategyOnce:
 		if vmi == nil && vm.Status.RunStrategy != virtv1.RunStrategyOnce {
-			return 0, c.createVMI(ctx, it, vm)
+			return 0, c.createVMI(ctx, it, o)
 		}
 	case virtv1.RunStrategyManual:
 		if alive && stop {
 			return 0, c.deleteVMI(ctx, it, vm, vmi)
 		}
 		if vmi == nil && start {
-			return 0, c.createVMI(ctx, it, vm)
+			return 0, c.createVMI(ctx, it, o)
 		}
 	case virtv1.RunStrategyHalted:
 		if alive {
@@ -218,13 +294,13 @@ func (c *Controller) requests(o *observed) (start, stop bool) {
 
 // startAfterBackoff creates the VMI unless a start backoff is running, in
 // which case it says when to look again.
-func (c *Controller) startAfterBackoff(ctx context.Context, it item, vm *virtv1.VirtualMachine) (time.Duration, error) {
-	if f := vm.Status.StartFailure; f != nil && f.RetryAfterTimestamp != nil {
+func (c *Controller) startAfterBackoff(ctx context.Context, it item, o *observed) (time.Duration, error) {
+	if f := o.vm.Status.StartFailure; f != nil && f.RetryAfterTimestamp != nil {
 		if left := f.RetryAfterTimestamp.Sub(c.env.Clock.Now()); left > 0 {
 			return left, nil
 		}
 	}
-	return 0, c.createVMI(ctx, it, vm)
+	return 0, c.createVMI(ctx, it, o)
 }
 
 // newVMI renders the VMI of vm from its template, stamped with the VM's
@@ -239,6 +315,22 @@ func newVMI(vm *virtv1.VirtualMachine, rng int) (*virtv1.VirtualMachineInstance,
 	}
 	vmi.Name, vmi.GenerateName, vmi.Namespace = vm.Name, "", vm.Namespace
 	vmi.ResourceVersion, vmi.UID = "", ""
+	if startPausedRequested(vm) {
+		vmi.Spec.StartStrategy = ptr.To(virtv1.StartStrategyPaused)
+	}
+	// A UUID that stays the VM's across restarts: derived from its name
+	// when the template has none (KubeVirt's CalculateLegacyUUID).
+	if vmi.Spec.Domain.Firmware == nil {
+		vmi.Spec.Domain.Firmware = &virtv1.Firmware{}
+	}
+	if vmi.Spec.Domain.Firmware.UUID == "" {
+		vmi.Spec.Domain.Firmware.UUID = legacyFirmwareUUID(vm.Name)
+	}
+	// An input device asked for but not described gets one by name; its
+	// bus and type are virt-api's defaults.
+	if d := &vmi.Spec.Domain.Devices; d.AutoattachInputDevice != nil && *d.AutoattachInputDevice && len(d.Inputs) == 0 {
+		d.Inputs = []virtv1.Input{{Name: "default-0"}}
+	}
 	shard.StampRange(vmi, rng)
 	if vmi.Annotations == nil {
 		vmi.Annotations = map[string]string{}
@@ -251,11 +343,33 @@ func newVMI(vm *virtv1.VirtualMachine, rng int) (*virtv1.VirtualMachineInstance,
 	return vmi, nil
 }
 
-func (c *Controller) createVMI(ctx context.Context, it item, vm *virtv1.VirtualMachine) error {
+// startPausedRequested reports a first state change request to start
+// paused (virtctl start --paused).
+func startPausedRequested(vm *virtv1.VirtualMachine) bool {
+	reqs := vm.Status.StateChangeRequests
+	return len(reqs) > 0 && reqs[0].Action == virtv1.StartRequest &&
+		reqs[0].Data[virtv1.StartRequestDataPausedKey] == virtv1.StartRequestDataPausedTrue
+}
+
+// firmwareNamespace is the UUID namespace of KubeVirt's name-derived
+// firmware UUIDs (pkg/virt-controller/watch/vm/firmware.go).
+var firmwareNamespace = uuid.MustParse("6a1a24a1-4061-4607-8bf4-a3963d0c5895")
+
+// legacyFirmwareUUID is the firmware UUID KubeVirt derives from a VM's
+// name.
+func legacyFirmwareUUID(name string) types.UID {
+	return types.UID(uuid.NewSHA1(firmwareNamespace, []byte(name)).String())
+}
+
+func (c *Controller) createVMI(ctx context.Context, it item, o *observed) error {
+	vm := o.vm
 	vmi, err := newVMI(vm, it.Range)
 	if err != nil {
 		return err
 	}
+	// A start takes the template as it is: nothing is left to restart
+	// for, whether or not the create goes through, as in KubeVirt.
+	o.restart = restartNotRequired
 	revision, err := c.startRevision(ctx, it, vm)
 	if errors.Is(err, sharded.ErrNotHeld) {
 		return nil // not ours any more: the range's holder starts the VM
@@ -327,6 +441,10 @@ func (c *Controller) claim(ctx context.Context, it item, vm *virtv1.VirtualMachi
 	klog.FromContext(ctx).V(2).Info("Adopted orphan VMI", "vm", klog.KObj(vm), "vmi", adopted.UID)
 	return adopted, nil
 }
+
+// followRetry is when a VM whose firmware UUID or VMI annotations could
+// not be written tries again: KubeVirt requeues it with backoff.
+const followRetry = 10 * time.Second
 
 // foreignRetry is how often a VM whose name a foreign VMI holds looks
 // again: that VMI may hash into another range, whose events never reach

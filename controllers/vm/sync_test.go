@@ -52,9 +52,10 @@ func newVM(strategy virtv1.VirtualMachineRunStrategy) *virtv1.VirtualMachine {
 			Finalizers: []string{virtv1.VirtualMachineControllerFinalizer}, Annotations: map[string]string{
 				virtv1.ControllerAPILatestVersionObservedAnnotation: virtv1.ApiLatestVersion, virtv1.ControllerAPIStorageVersionObservedAnnotation: virtv1.ApiStorageVersion}},
 		Spec: virtv1.VirtualMachineSpec{RunStrategy: ptr.To(strategy), Template: &virtv1.VirtualMachineInstanceTemplateSpec{
+			// The firmware UUID virt-api gives a VM.
 			Spec: virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-			}}},
+			}, Firmware: &virtv1.Firmware{UUID: "firmware-uuid"}}},
 		}},
 	}
 }

@@ -1,0 +1,127 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/sharded"
+)
+
+// Under the LiveUpdate rollout, a running VMI takes its VM's new node
+// selector, affinity and tolerations without a restart: KubeVirt v1.8.1's
+// VM controller patches them into the VMI's spec
+// (handleAffinityChangeRequest, handleTolerationsChangeRequest in
+// pkg/virt-controller/watch/vm/vm.go), unless the VM needs a restart
+// anyway, and refuses while the VMI migrates. virtshard does the same;
+// CPU socket and guest memory changes, which KubeVirt applies by
+// migrating, are not done yet.
+
+// Reasons of the VM's Failure condition when a live change must wait.
+const (
+	ReasonAffinityChange    = "AffinityChangeError"
+	ReasonTolerationsChange = "TolerationsChangeError"
+)
+
+// liveChangesApply reports whether this sync takes the template's live
+// fields to the VMI.
+func (c *Controller) liveChangesApply(o *observed) bool {
+	vmi := o.vmi
+	if vmi == nil || vmi.DeletionTimestamp != nil || o.vm.Spec.Template == nil ||
+		!c.env.ClusterConfig.Current().IsVMRolloutStrategyLiveUpdate() {
+		return false
+	}
+	// Instance types and preferences would be applied first; virtshard
+	// does not expand them yet.
+	if o.vm.Spec.Instancetype != nil || o.vm.Spec.Preference != nil {
+		return false
+	}
+	switch o.restart {
+	case restartRequired:
+		return false
+	case restartNotRequired:
+		return true
+	}
+	return !slices.ContainsFunc(o.vm.Status.Conditions, isRestartRequired)
+}
+
+// applyLiveChanges patches the VMI's node selector, affinity and
+// tolerations to the template's where they differ.
+func (c *Controller) applyLiveChanges(ctx context.Context, it item, o *observed) error {
+	tmpl, vmi := &o.vm.Spec.Template.Spec, o.vmi
+	selector := !equality.Semantic.DeepEqual(tmpl.NodeSelector, vmi.Spec.NodeSelector)
+	affinity := !equality.Semantic.DeepEqual(tmpl.Affinity, vmi.Spec.Affinity)
+	tolerations := !equality.Semantic.DeepEqual(tmpl.Tolerations, vmi.Spec.Tolerations)
+	migrating := migrationRunning(vmi, c.env.Clock.Now())
+	if migrating && (selector || affinity) {
+		return &syncError{reason: ReasonAffinityChange, silent: true,
+			message: "Error encountered while handling node affinity change request: Node affinity should not be changed during VMI migration"}
+	}
+	var ops []jsonPatchOp
+	if affinity {
+		ops = append(ops, replaceOps("/spec/affinity", vmi.Spec.Affinity == nil, vmi.Spec.Affinity, tmpl.Affinity, tmpl.Affinity == nil)...)
+	}
+	if selector {
+		ops = append(ops, replaceOps("/spec/nodeSelector", vmi.Spec.NodeSelector == nil, vmi.Spec.NodeSelector, tmpl.NodeSelector, tmpl.NodeSelector == nil)...)
+	}
+	if tolerations && !migrating {
+		ops = append(ops, replaceOps("/spec/tolerations", vmi.Spec.Tolerations == nil, vmi.Spec.Tolerations, tmpl.Tolerations, tmpl.Tolerations == nil)...)
+	}
+	if len(ops) > 0 {
+		body, err := json.Marshal(ops)
+		if err != nil {
+			return err
+		}
+		updated, ok, err := sharded.SendPatch(ctx, c.rt.Writer, it.Range, body, func(ctx context.Context, body []byte) (*virtv1.VirtualMachineInstance, error) {
+			return c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+		})
+		if err != nil {
+			return fmt.Errorf("apply the live changes of VM %s to its VMI: %w", it.Key, err)
+		}
+		if ok {
+			o.vmi = updated
+		}
+	}
+	if tolerations && migrating {
+		return &syncError{reason: ReasonTolerationsChange, silent: true,
+			message: "Error encountered while handling tolerations change request: tolerations should not be changed during VMI migration"}
+	}
+	return nil
+}
+
+// jsonPatchOp is one operation of a JSON patch.
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// replaceOps set path to want: added where the VMI has nothing, removed
+// where the template has nothing, otherwise replaced once the VMI is seen
+// to still hold have.
+func replaceOps(path string, absent bool, have, want any, remove bool) []jsonPatchOp {
+	switch {
+	case remove:
+		return []jsonPatchOp{{Op: "remove", Path: path}}
+	case absent:
+		return []jsonPatchOp{{Op: "add", Path: path, Value: want}}
+	}
+	return []jsonPatchOp{{Op: "test", Path: path, Value: have}, {Op: "replace", Path: path, Value: want}}
+}
+
+// migrationRunning reports a migration that has started and not ended by
+// now (KubeVirt's migrations.IsMigrating).
+func migrationRunning(vmi *virtv1.VirtualMachineInstance, now time.Time) bool {
+	m := vmi.Status.MigrationState
+	if m == nil || m.StartTimestamp == nil || now.Before(m.StartTimestamp.Time) {
+		return false
+	}
+	return m.EndTimestamp == nil || now.Before(m.EndTimestamp.Time)
+}
