@@ -239,7 +239,11 @@ func (r *Runner) request(ctx context.Context, ns string, q *RequestStep) error {
 		add = append(add, map[string]any{"action": string(virtv1.StopRequest), "uid": string(vmi.GetUID())})
 	}
 	if q.Action == RequestStart || q.Action == RequestRestart {
-		add = append(add, map[string]any{"action": string(virtv1.StartRequest)})
+		start := map[string]any{"action": string(virtv1.StartRequest)}
+		if q.Paused {
+			start["data"] = map[string]string{virtv1.StartRequestDataPausedKey: virtv1.StartRequestDataPausedTrue}
+		}
+		add = append(add, start)
 	}
 	vm, err := r.Dynamic.Resource(vms).Namespace(ns).Get(ctx, q.VM, metav1.GetOptions{})
 	if err != nil {

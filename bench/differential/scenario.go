@@ -99,6 +99,8 @@ var requestActions = []string{RequestStart, RequestStop, RequestRestart}
 type RequestStep struct {
 	VM     string `json:"vm"`
 	Action string `json:"action"`
+	// Paused asks a start to start the VM paused (virtctl start --paused).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // WaitStep waits until the object's field (a dotted path, such as
@@ -249,6 +251,9 @@ func (st Step) validate() error {
 	case st.Request != nil:
 		if st.Request.VM == "" || !slices.Contains(requestActions, st.Request.Action) {
 			return fmt.Errorf("request: want a vm and an action, one of %s", strings.Join(requestActions, ", "))
+		}
+		if st.Request.Paused && st.Request.Action != RequestStart {
+			return errors.New("request: only a start starts paused")
 		}
 	case st.Wait != nil:
 		w := st.Wait

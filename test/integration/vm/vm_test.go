@@ -440,6 +440,60 @@ func TestRunStrategies(t *testing.T) {
 	})
 }
 
+// TestTemplateChanges: on the real cluster, under 3 replicas, a running
+// VM's template change that the VMI cannot take live reports
+// RestartRequired until a restart starts the new template; a new node
+// selector reaches the running VMI without one.
+func TestTemplateChanges(t *testing.T) {
+	e := newEnv(t)
+	patchVM := func(name, patch string) {
+		t.Helper()
+		if _, err := e.kv.VirtualMachines(e.ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restartRequired := func(vm *virtv1.VirtualMachine) bool {
+		c := vmCondition(vm, virtv1.VirtualMachineRestartRequired)
+		return c != nil && c.Status == corev1.ConditionTrue
+	}
+
+	vm := e.createVM("resize", virtv1.RunStrategyAlways, nil)
+	first := e.waitRunningVMI(vm, "")
+	e.waitVM("resize", "Running", printable(virtv1.VirtualMachineStatusRunning))
+
+	// A selector every simulated node matches: the restarted VMI below
+	// runs with it.
+	patchVM("resize", `{"spec":{"template":{"spec":{"nodeSelector":{"type":"kwok"}}}}}`)
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		vmi := e.vmi("resize")
+		return vmi != nil && vmi.Spec.NodeSelector["type"] == "kwok", nil
+	}); err != nil {
+		t.Fatalf("the new node selector never reached the running VMI: %+v", e.vmi("resize").Spec.NodeSelector)
+	}
+	live := e.waitVM("resize", "the live change observed", func(vm *virtv1.VirtualMachine) bool { return vm.Status.DesiredGeneration == vm.Generation })
+	if restartRequired(live) || e.vmi("resize").UID != first.UID {
+		t.Fatalf("a live change: RestartRequired %v, VMI %s (want %s, no restart)", restartRequired(live), e.vmi("resize").UID, first.UID)
+	}
+
+	patchVM("resize", `{"spec":{"template":{"spec":{"domain":{"resources":{"requests":{"memory":"96Mi"}}}}}}}`)
+	changed := e.waitVM("resize", "RestartRequired", restartRequired)
+	if c := vmCondition(changed, virtv1.VirtualMachineRestartRequired); c.Message != "a non-live-updatable field was changed in the template spec" {
+		t.Errorf("RestartRequired message %q, want KubeVirt's", c.Message)
+	}
+	if changed.Status.ObservedGeneration >= changed.Generation {
+		t.Errorf("observed generation %d of %d: the VMI does not run the change", changed.Status.ObservedGeneration, changed.Generation)
+	}
+
+	e.request("resize", virtv1.VirtualMachineStateChangeRequest{Action: virtv1.StopRequest, UID: &first.UID})
+	second := e.waitRunningVMI(vm, first.UID)
+	if got := second.Spec.Domain.Resources.Requests[corev1.ResourceMemory]; got.String() != "96Mi" {
+		t.Errorf("the restarted VMI asks for %s, want the new template's 96Mi", got.String())
+	}
+	e.waitVM("resize", "RestartRequired gone, the new generation observed", func(vm *virtv1.VirtualMachine) bool {
+		return !restartRequired(vm) && vm.Status.ObservedGeneration == vm.Generation
+	})
+}
+
 func hasFinalizer(finalizers []string) bool {
 	for _, f := range finalizers {
 		if f == virtv1.VirtualMachineControllerFinalizer {
