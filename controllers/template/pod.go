@@ -54,6 +54,11 @@ type Options struct {
 	SidecarShimImage string
 	// DefaultArchitecture is set on VMIs without one.
 	DefaultArchitecture string
+	// SyncedLabels and SyncedAnnotations are keys that follow from a VM's
+	// template to its VMI and from the VMI to its launcher pod for as long
+	// as they live, besides KubeVirt's own
+	// (--additional-launcher-labels-sync, --additional-launcher-annotations-sync).
+	SyncedLabels, SyncedAnnotations []string
 }
 
 // DefaultOptions are virt-controller v1.8.1's defaults, with the images of

@@ -3,6 +3,7 @@ package template
 import (
 	"encoding/json"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -26,10 +27,11 @@ var (
 )
 
 // MetadataSync is the merge patch that brings pod's synced labels and
-// annotations to what vmi says (a key the VMI lacks is removed from the
-// pod), or nil when they agree. It names only those keys, so it needs no
-// resourceVersion: the pod's status moving on meanwhile is no conflict.
-func MetadataSync(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) []byte {
+// annotations, KubeVirt's and those opts add, to what vmi says (a key the
+// VMI lacks is removed from the pod), or nil when they agree. It names
+// only those keys, so it needs no resourceVersion: the pod's status moving
+// on meanwhile is no conflict.
+func MetadataSync(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod, opts Options) []byte {
 	annotations := maps.Clone(vmi.Annotations)
 	if annotations == nil {
 		annotations = map[string]string{}
@@ -40,8 +42,8 @@ func MetadataSync(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) []byte {
 		keys       []string
 		want, have map[string]string
 	}{
-		"labels":      {syncedLabels, vmi.Labels, pod.Labels},
-		"annotations": {syncedAnnotations, annotations, pod.Annotations},
+		"labels":      {append(slices.Clone(syncedLabels), opts.SyncedLabels...), vmi.Labels, pod.Labels},
+		"annotations": {append(slices.Clone(syncedAnnotations), opts.SyncedAnnotations...), annotations, pod.Annotations},
 	} {
 		changes := map[string]any{}
 		for _, k := range sync.keys {

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/template"
 )
 
 // TestMetadataPatch: the descheduler's annotations follow the template and
@@ -23,6 +25,8 @@ func TestMetadataPatch(t *testing.T) {
 			want: `{"metadata":{"annotations":{"descheduler.alpha.kubernetes.io/prefer-no-eviction":null},"uid":"vmi-uid"}}`},
 		{name: "skip hooks on the VM", vm: map[string]string{"kubevirt.io/skip-backup-hooks": "true"},
 			want: `{"metadata":{"annotations":{"kubevirt.io/skip-backup-hooks":"true"},"uid":"vmi-uid"}}`},
+		{name: "a key added by flag", tmpl: map[string]string{"owner": "a"}, vmi: map[string]string{"owner": "b"},
+			want: `{"metadata":{"annotations":{"owner":"a"},"uid":"vmi-uid"}}`},
 		{name: "skip hooks on the template only", tmpl: map[string]string{"kubevirt.io/skip-backup-hooks": "true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -30,7 +34,7 @@ func TestMetadataPatch(t *testing.T) {
 			vm.Annotations, vm.Spec.Template.ObjectMeta.Annotations = tc.vm, tc.tmpl
 			vmi := vmiOf(t, vm, 0)
 			vmi.Annotations = tc.vmi
-			if got := string(metadataPatch(vm, vmi)); got != tc.want {
+			if got := string(metadataPatch(vm, vmi, template.Options{SyncedAnnotations: []string{"owner"}})); got != tc.want {
 				t.Errorf("patch %s, want %s", got, tc.want)
 			}
 		})

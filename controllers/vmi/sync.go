@@ -117,7 +117,7 @@ func (c *Controller) syncPodMetadata(ctx context.Context, it item, vmi *virtv1.V
 	if pod.DeletionTimestamp != nil {
 		return nil
 	}
-	body := template.MetadataSync(vmi, pod)
+	body := template.MetadataSync(vmi, pod, c.env.Template)
 	if body == nil {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/virtshard/virtshard/controllers/template"
@@ -56,6 +57,13 @@ type Options struct {
 	LauncherImage string
 	// SidecarShimImage runs hook sidecars that name no image.
 	SidecarShimImage string
+	// ImagePullSecret is added to every launcher pod; LauncherQEMUTimeout
+	// is the base of virt-launcher's --qemu-timeout.
+	ImagePullSecret     string
+	LauncherQEMUTimeout time.Duration
+	// SyncedLabels and SyncedAnnotations follow from a VM's template to
+	// its VMI and on to the launcher pod, besides KubeVirt's own keys.
+	SyncedLabels, SyncedAnnotations []string
 	// KubeVirtNamespace is where the KubeVirt CR lives, whose configuration
 	// the replicas follow.
 	KubeVirtNamespace string
@@ -95,7 +103,8 @@ func NewOptions() *Options {
 		Address:       "127.0.0.1:8080",
 		LauncherImage: "quay.io/kubevirt/virt-launcher:v1.8.1",
 
-		SidecarShimImage: template.DefaultOptions().SidecarShimImage,
+		SidecarShimImage:    template.DefaultOptions().SidecarShimImage,
+		LauncherQEMUTimeout: template.DefaultOptions().QEMUTimeout,
 
 		KubeVirtNamespace: clusterconfig.DefaultNamespace,
 
@@ -130,6 +139,17 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TLSKeyFile, "tls-private-key-file", o.TLSKeyFile, "private key of --tls-cert-file")
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --address, behind the same protection as /metrics")
 	fs.StringVar(&o.LauncherImage, "launcher-image", o.LauncherImage, "virt-launcher image of launcher pods")
+	fs.StringVar(&o.ImagePullSecret, "image-pull-secret", o.ImagePullSecret, "secret of launcher pods for pulling virt-launcher and container disks")
+	fs.Func("launcher-qemu-timeout", "seconds virt-launcher waits for QEMU, the base of its --qemu-timeout (default 240)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("want a positive number of seconds, got %q", v)
+		}
+		o.LauncherQEMUTimeout = time.Duration(n) * time.Second
+		return nil
+	})
+	fs.Func("additional-launcher-labels-sync", "comma-separated label keys that follow from a VM's template to its VMI and on to the launcher pod", keyList(&o.SyncedLabels))
+	fs.Func("additional-launcher-annotations-sync", "comma-separated annotation keys that follow from a VM's template to its VMI and on to the launcher pod", keyList(&o.SyncedAnnotations))
 	fs.StringVar(&o.SidecarShimImage, "sidecar-shim-image", o.SidecarShimImage, "image of hook sidecars that name none (virt-operator gives virt-controller the install's sidecar-shim image)")
 	fs.StringVar(&o.KubeVirtNamespace, "kubevirt-namespace", o.KubeVirtNamespace, "namespace of the KubeVirt CR whose spec.configuration the replicas follow (KubeVirt's defaults without one)")
 	o.VMI.AddFlags(fs)
@@ -189,6 +209,18 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--identity and --namespace must not be empty"))
 	}
 	return errors.Join(errs...)
+}
+
+// keyList sets *keys from a comma-separated list; each use adds to it.
+func keyList(keys *[]string) func(string) error {
+	return func(v string) error {
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				*keys = append(*keys, k)
+			}
+		}
+		return nil
+	}
 }
 
 // workers is the flag.Value of one controller's worker count.

@@ -34,3 +34,22 @@ func TestLeaseTimingFlags(t *testing.T) {
 		}
 	}
 }
+
+// KubeVirt's launcher flags: the sync lists are comma-separated and add
+// up over repeated flags, the QEMU timeout is in seconds.
+func TestLauncherFlags(t *testing.T) {
+	o := app.NewOptions()
+	o.Identity, o.Namespace = "r0", "ns"
+	err := o.Parse([]string{"--additional-launcher-labels-sync=team, tier", "--additional-launcher-labels-sync=owner",
+		"--additional-launcher-annotations-sync=note", "--launcher-qemu-timeout=300", "--image-pull-secret=pull"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(o.SyncedLabels, ",") != "team,tier,owner" || strings.Join(o.SyncedAnnotations, ",") != "note" ||
+		o.LauncherQEMUTimeout.Seconds() != 300 || o.ImagePullSecret != "pull" {
+		t.Errorf("options %q %q %v %q", o.SyncedLabels, o.SyncedAnnotations, o.LauncherQEMUTimeout, o.ImagePullSecret)
+	}
+	if err := app.NewOptions().Parse([]string{"--launcher-qemu-timeout=4m"}); err == nil {
+		t.Error("--launcher-qemu-timeout=4m accepted, want seconds")
+	}
+}

@@ -77,6 +77,8 @@ func (o *Options) Run(ctx context.Context) error {
 	tmpl := template.DefaultOptions()
 	tmpl.LauncherImage = o.LauncherImage
 	tmpl.SidecarShimImage = o.SidecarShimImage
+	tmpl.ImagePullSecret, tmpl.QEMUTimeout = o.ImagePullSecret, o.LauncherQEMUTimeout
+	tmpl.SyncedLabels, tmpl.SyncedAnnotations = o.SyncedLabels, o.SyncedAnnotations
 	env := &sharded.Env{
 		Kube: c.kube, KubeVirt: c.kv, Metadata: c.meta, Dynamic: c.dyn,
 		Ranges: ranges, Caches: rangeCaches, Objects: caches.NewTemplateObjects(c.kube, c.meta, c.dyn, o.Watch),
