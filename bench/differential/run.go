@@ -122,6 +122,7 @@ var groupOf = map[string]string{
 	"KubeVirt":                        virtv1.SchemeGroupVersion.Group,
 	"DataVolume":                      "cdi.kubevirt.io",
 	"PodDisruptionBudget":             "policy",
+	"ControllerRevision":              "apps",
 }
 
 func (r *Runner) client(ns string, gvr schema.GroupVersionResource, namespaced bool) dynamic.ResourceInterface {
@@ -322,6 +323,12 @@ func (r *Runner) waitAbsent(ctx context.Context, ns string, w *WaitStep) error {
 		return err
 	}
 	err = wait.PollUntilContextTimeout(ctx, r.poll(), timeout(w), true, func(ctx context.Context) (bool, error) {
+		if w.Name == "" {
+			// None of the kind left: what the garbage collector removes
+			// after its owner, under names the scenario cannot know.
+			list, err := r.client(ns, gvr, namespaced).List(ctx, metav1.ListOptions{})
+			return err == nil && len(list.Items) == 0, err
+		}
 		_, err := r.client(ns, gvr, namespaced).Get(ctx, w.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil

@@ -105,8 +105,8 @@ type RequestStep struct {
 
 // WaitStep waits until the object's field (a dotted path, such as
 // status.phase) has Value, until the field or, without one, the object is
-// gone (Absent), or, with Quiet, until no object of the scenario has
-// changed for that long. A
+// gone (Absent; without a name, until no object of the kind is left), or,
+// with Quiet, until no object of the scenario has changed for that long. A
 // wait that times out fails the scenario under that controller.
 type WaitStep struct {
 	Ref     `json:",inline"`
@@ -263,7 +263,10 @@ func (st Step) validate() error {
 		if w.Absent && w.Value != nil {
 			return errors.New("wait: a field that is absent has no value")
 		}
-		if w.Field != "" || w.Absent {
+		switch {
+		case w.Absent && w.Field == "" && w.Kind != "":
+			// Without a name: until none of the kind is left.
+		case w.Field != "" || w.Absent:
 			if err := w.Ref.validate(); err != nil {
 				return fmt.Errorf("wait: %w", err)
 			}
