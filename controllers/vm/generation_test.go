@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"slices"
 	"testing"
 
 	k8stesting "k8s.io/client-go/testing"
@@ -30,18 +31,8 @@ func TestSyncRestoresAMissingGenerationFromTheStartRevision(t *testing.T) {
 	f := newFixture(t, vm, vmi, rev)
 	f.sync(t, vm)
 
-	var restored bool
-	var status *virtv1.VirtualMachine
-	for _, a := range f.KubeVirt.Actions() {
-		switch a := a.(type) {
-		case k8stesting.PatchAction:
-			restored = restored || string(a.GetPatch()) == `{"metadata":{"annotations":{"kubevirt.io/vm-generation":"3"},"uid":"vmi-uid"}}`
-		case k8stesting.UpdateAction:
-			if a.GetSubresource() == "status" {
-				status = a.GetObject().(*virtv1.VirtualMachine)
-			}
-		}
-	}
+	patches, status := f.written()
+	restored := slices.Contains(patches, `{"metadata":{"annotations":{"kubevirt.io/vm-generation":"3"},"uid":"vmi-uid"}}`)
 	if !restored {
 		t.Errorf("writes %v, want the VMI annotated with generation 3", f.KubeVirt.Actions())
 	}

@@ -7,10 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8stesting "k8s.io/client-go/testing"
 	virtv1 "kubevirt.io/api/core/v1"
-
-	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 )
 
 // TestSyncTakesLiveChangesToTheVMI: a new node selector and tolerations in
@@ -23,13 +20,7 @@ func TestSyncTakesLiveChangesToTheVMI(t *testing.T) {
 			vm := newVM(virtv1.RunStrategyAlways)
 			vm.Generation = 1
 			vm.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "a"}
-			rng := shardedtest.Ranges(t).Of(vm)
-			rev, err := newStartRevision(vm, rng)
-			if err != nil {
-				t.Fatal(err)
-			}
-			vmi := vmiOf(t, vm, rng)
-			vmi.Status.VirtualMachineRevisionName = rev.Name
+			vmi, rev := started(t, vm)
 			if migrating {
 				vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{StartTimestamp: &metav1.Time{Time: time.Now().Add(-time.Minute)}}
 			}
@@ -39,19 +30,10 @@ func TestSyncTakesLiveChangesToTheVMI(t *testing.T) {
 			f := newFixture(t, vm, vmi, rev)
 			f.sync(t, vm)
 
-			var patch string
-			var status *virtv1.VirtualMachine
-			for _, a := range f.KubeVirt.Actions() {
-				switch a := a.(type) {
-				case k8stesting.PatchAction:
-					if a.GetPatchType() == "application/json-patch+json" {
-						patch = string(a.GetPatch())
-					}
-				case k8stesting.UpdateAction:
-					if a.GetSubresource() == "status" {
-						status = a.GetObject().(*virtv1.VirtualMachine)
-					}
-				}
+			patches, status := f.written()
+			patch := ""
+			if len(patches) > 0 {
+				patch = patches[len(patches)-1]
 			}
 			want := `[{"op":"test","path":"/spec/nodeSelector","value":{"zone":"a"}},{"op":"replace","path":"/spec/nodeSelector","value":{"zone":"b"}},` +
 				`{"op":"add","path":"/spec/tolerations","value":[{"key":"k","operator":"Exists"}]}]`

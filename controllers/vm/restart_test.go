@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	k8stesting "k8s.io/client-go/testing"
@@ -131,31 +132,14 @@ func TestSyncSetsRestartRequiredAndBumpsTheGenerationOnlyForTheTemplate(t *testi
 		t.Run(tc.name, func(t *testing.T) {
 			vm := newVM(virtv1.RunStrategyAlways)
 			vm.Generation = 1
-			rng := shardedtest.Ranges(t).Of(vm)
-			rev, err := newStartRevision(vm, rng)
-			if err != nil {
-				t.Fatal(err)
-			}
-			vmi := vmiOf(t, vm, rng)
-			vmi.Status.VirtualMachineRevisionName = rev.Name
+			vmi, rev := started(t, vm)
 			tc.change(vm)
 			vm.Generation = 2
 			f := newFixture(t, vm, vmi, rev)
 			f.sync(t, vm)
 
-			var annotated bool
-			var status *virtv1.VirtualMachine
-			for _, a := range f.KubeVirt.Actions() {
-				switch a := a.(type) {
-				case k8stesting.PatchAction:
-					annotated = annotated || (a.GetResource().Resource == "virtualmachineinstances" &&
-						string(a.GetPatch()) == `{"metadata":{"annotations":{"kubevirt.io/vm-generation":"2"},"uid":"vmi-uid"}}`)
-				case k8stesting.UpdateAction:
-					if a.GetSubresource() == "status" {
-						status = a.GetObject().(*virtv1.VirtualMachine)
-					}
-				}
-			}
+			patches, status := f.written()
+			annotated := slices.Contains(patches, `{"metadata":{"annotations":{"kubevirt.io/vm-generation":"2"},"uid":"vmi-uid"}}`)
 			if annotated != tc.annotations {
 				t.Errorf("VMI's generation annotated: %v, want %v (%v)", annotated, tc.annotations, f.KubeVirt.Actions())
 			}
@@ -177,4 +161,36 @@ func TestSyncSetsRestartRequiredAndBumpsTheGenerationOnlyForTheTemplate(t *testi
 			}
 		})
 	}
+}
+
+// started is vm's running VMI and the start revision it names, as a start
+// of vm at its current generation leaves them.
+func started(t *testing.T, vm *virtv1.VirtualMachine) (*virtv1.VirtualMachineInstance, *appsv1.ControllerRevision) {
+	t.Helper()
+	rng := shardedtest.Ranges(t).Of(vm)
+	rev, err := newStartRevision(vm, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmi := vmiOf(t, vm, rng)
+	vmi.Status.VirtualMachineRevisionName = rev.Name
+	return vmi, rev
+}
+
+// written is what the fixture's syncs sent to KubeVirt: the bodies of the
+// VMI patches, and the VM's last status update (nil without one).
+func (f *fixture) written() (vmiPatches []string, status *virtv1.VirtualMachine) {
+	for _, a := range f.KubeVirt.Actions() {
+		switch a := a.(type) {
+		case k8stesting.PatchAction:
+			if a.GetResource().Resource == "virtualmachineinstances" {
+				vmiPatches = append(vmiPatches, string(a.GetPatch()))
+			}
+		case k8stesting.UpdateAction:
+			if a.GetSubresource() == "status" {
+				status = a.GetObject().(*virtv1.VirtualMachine)
+			}
+		}
+	}
+	return vmiPatches, status
 }
