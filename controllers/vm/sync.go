@@ -134,7 +134,9 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		}
 	}
 	adds, dels := c.expectations.Pending(it.Range, it.Key)
-	o.creating, o.deleting = adds > 0, dels > 0
+	// What this sync sent counts even if the informer already saw it
+	// done: a failed VMI deleted now still earns RerunOnFailure's Start.
+	o.creating, o.deleting = o.creating || adds > 0, o.deleting || dels > 0
 	if syncErr != nil && !syncErr.silent && !hasFailure(o.vm, syncErr.reason) {
 		// Once, as the Failure condition appears: not on every retry.
 		msg := syncErr.message
@@ -215,7 +217,7 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 	if vm.DeletionTimestamp != nil {
 		switch {
 		case alive:
-			return 0, c.deleteVMI(ctx, it, vm, vmi)
+			return 0, c.stopVMI(ctx, it, o)
 		case vmi == nil:
 			return 0, c.patchVMFinalizers(ctx, it, vm, patch.RemoveFinalizer(vm, virtv1.VirtualMachineControllerFinalizer))
 		}
@@ -239,7 +241,7 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 	switch o.strategy {
 	case virtv1.RunStrategyAlways:
 		if alive && (vmi.IsFinal() || stop) {
-			return 0, c.deleteVMI(ctx, it, vm, vmi)
+			return 0, c.stopVMI(ctx, it, o)
 		}
 		if vmi == nil {
 			return c.startAfterBackoff(ctx, it, o)
@@ -248,7 +250,7 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 		// A VMI that ended is deleted either way, as KubeVirt's does; only
 		// a failed one is started again (status.go adds its Start).
 		if alive && (vmi.IsFinal() || stop) {
-			return 0, c.deleteVMI(ctx, it, vm, vmi)
+			return 0, c.stopVMI(ctx, it, o)
 		}
 		// Started once the strategy is (newly) RerunOnFailure, and again
 		// after a failure or on request.
@@ -261,14 +263,14 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 		}
 	case virtv1.RunStrategyManual:
 		if alive && stop {
-			return 0, c.deleteVMI(ctx, it, vm, vmi)
+			return 0, c.stopVMI(ctx, it, o)
 		}
 		if vmi == nil && start {
 			return 0, c.createVMI(ctx, it, o)
 		}
 	case virtv1.RunStrategyHalted:
 		if alive {
-			return 0, c.deleteVMI(ctx, it, vm, vmi)
+			return 0, c.stopVMI(ctx, it, o)
 		}
 	}
 	return 0, nil
@@ -401,6 +403,7 @@ func (c *Controller) createVMI(ctx context.Context, it item, o *observed) error 
 		}
 		return fmt.Errorf("create VMI %s: %w", it.Key, err)
 	}
+	o.creating = true
 	klog.FromContext(ctx).V(2).Info("Started VM", "vm", klog.KObj(vm), "vmi", created.UID)
 	c.env.Recorder.Eventf(vm, corev1.EventTypeNormal, "SuccessfulCreate", "Started the virtual machine by creating the new virtual machine instance %s", created.Name)
 	return nil
@@ -471,6 +474,15 @@ func (c *Controller) alreadyExists(ctx context.Context, it item, vm *virtv1.Virt
 		return err
 	}
 	return errForeign{&syncError{reason: "FailedCreate", message: fmt.Sprintf("VMI %s exists and is not controlled by this VM", it.Key)}}
+}
+
+// stopVMI deletes the sync's VMI and records that it did.
+func (c *Controller) stopVMI(ctx context.Context, it item, o *observed) error {
+	if err := c.deleteVMI(ctx, it, o.vm, o.vmi); err != nil {
+		return err
+	}
+	o.deleting = true
+	return nil
 }
 
 func (c *Controller) deleteVMI(ctx context.Context, it item, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) error {
