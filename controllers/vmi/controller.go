@@ -87,6 +87,12 @@ type Controller struct {
 	// (true: unpaused) our last readiness-gate patch set, until the pod
 	// cache shows it: a sync meanwhile sends no second patch.
 	gatesSent sync.Map
+	// labelsSent maps a launcher pod's UID to the resourceVersion of the
+	// copy our last write of its synced labels and annotations started
+	// from, until the pod cache moves past it: a VMI synced while the
+	// cache lags must not send the same labels again (a pod's informer
+	// can trail its VMI's by several syncs under load).
+	labelsSent sync.Map
 }
 
 // item is a queued VMI: its range and namespace/name.
@@ -251,7 +257,11 @@ func (c *Controller) podEvents() sharded.Events[*corev1.Pod] {
 				c.expectations.CreationObserved(rng, key)
 			}
 		},
-		Deleted: func(rng int, key string, pod *corev1.Pod) { c.expectations.DeletionObserved(rng, key, pod.UID) },
+		Deleted: func(rng int, key string, pod *corev1.Pod) {
+			c.expectations.DeletionObserved(rng, key, pod.UID)
+			c.gatesSent.Delete(pod.UID)
+			c.labelsSent.Delete(pod.UID)
+		},
 	}
 }
 

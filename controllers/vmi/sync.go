@@ -117,6 +117,12 @@ func (c *Controller) syncPodMetadata(ctx context.Context, it item, vmi *virtv1.V
 	if pod.DeletionTimestamp != nil {
 		return nil
 	}
+	if from, ok := c.labelsSent.Load(pod.UID); ok {
+		if from == pod.ResourceVersion {
+			return nil // our last write is on its way to the cache
+		}
+		c.labelsSent.Delete(pod.UID)
+	}
 	body := template.MetadataSync(vmi, pod, c.env.Template)
 	if body == nil {
 		return nil
@@ -131,6 +137,7 @@ func (c *Controller) syncPodMetadata(ctx context.Context, it item, vmi *virtv1.V
 	if err != nil {
 		return fmt.Errorf("sync labels and annotations of pod %s: %w", pod.Name, err)
 	}
+	c.labelsSent.Store(pod.UID, pod.ResourceVersion)
 	return nil
 }
 
@@ -455,6 +462,9 @@ func (c *Controller) syncUnpaused(ctx context.Context, it item, vmi *virtv1.Virt
 		return fmt.Errorf("patch readiness gate of pod %s: %w", pod.Name, err)
 	}
 	c.gatesSent.Store(pod.UID, !paused)
+	if meta["labels"] != nil {
+		c.labelsSent.Store(pod.UID, pod.ResourceVersion)
+	}
 	return nil
 }
 

@@ -544,3 +544,66 @@ func TestSyncGatesAPodOnceTheSchedulerAnswered(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncSendsAPodItsNodeLabelOnceWhileTheCacheLags: a running VMI's
+// node label reaches its pod in one patch; syncs before the pod cache
+// shows that patch send no second one, and a pod changed since (here
+// someone removed the label again) is patched anew.
+func TestSyncSendsAPodItsNodeLabelOnceWhileTheCacheLags(t *testing.T) {
+	vmi := newVMI("a")
+	vmi.Status.Phase = virtv1.Running
+	vmi.Status.NodeName = "node-1"
+	vmi.Labels = map[string]string{virtv1.NodeNameLabel: "node-1"}
+	pod := runningLauncherPod(t, vmi)
+	delete(pod.Labels, virtv1.NodeNameLabel) // rendered from the VMI's
+	pod.Spec.NodeName = "node-1"
+	pod.Status.Conditions = []corev1.PodCondition{{Type: virtv1.VirtualMachineUnpaused, Status: corev1.ConditionTrue}}
+	f := newFixture(t, vmi, pod)
+	// The server answers the patch; the tracker, and so the cache, does
+	// not move: the informer lags.
+	f.Kube.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		answered := pod.DeepCopy()
+		answered.ResourceVersion = "2"
+		answered.Labels[virtv1.NodeNameLabel] = "node-1"
+		return true, answered, nil
+	})
+	labelPatches := func() int {
+		n := 0
+		for _, a := range f.Kube.Actions() {
+			if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "pods" &&
+				strings.Contains(string(p.GetPatch()), virtv1.NodeNameLabel) {
+				n++
+			}
+		}
+		return n
+	}
+	for range 3 {
+		if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := labelPatches(); n != 1 {
+		t.Fatalf("%d label patches while the cache lagged, want 1: %q", n, f.KubeWrites())
+	}
+	// The pod moves on without the label: the cache shows a version our
+	// patch did not start from, and the next sync patches it again.
+	changed := pod.DeepCopy()
+	changed.ResourceVersion = "3"
+	if err := f.Kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), changed, changed.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		cached, _ := kinds.LauncherPods.In(f.Range(f.item(vmi).Range)).ByIndex(kinds.ByVMIUID, string(vmi.UID))
+		return len(cached) == 1 && cached[0].ResourceVersion == "3", nil
+	})
+	if err != nil {
+		t.Fatal("the cache never showed the changed pod")
+	}
+	if err := f.c.sync(ctx, f.item(vmi)); err != nil {
+		t.Fatal(err)
+	}
+	if n := labelPatches(); n != 2 {
+		t.Errorf("%d label patches after the pod changed, want 2", n)
+	}
+}

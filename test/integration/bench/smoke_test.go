@@ -26,7 +26,10 @@ func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 // seen in rolling-400-r4 on a loaded machine). 125 VMIs per replica were
 // not enough to keep it busy on this 2-core machine either: scale-500-r4
 // spent 3.18 (1.18 VMI patches per VMI) in a clean-clone run on
-// 2026-12-05, so a burst counts from 200 per replica. A run may spend less: kwok's
+// 2026-12-05, so a burst counts from 200 per replica. (rolling-400-r4 once
+// spent 3.58: the VMI controller re-sent a pod's node label while the pod
+// cache lagged, up to four times a pod; it sends it once now, 3.00 in a
+// run of that scenario alone.) A run may spend less: kwok's
 // pod stage sets a pod's readiness gates itself, and a pod it got to before
 // the controller needs no patch.
 const (
