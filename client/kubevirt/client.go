@@ -55,12 +55,17 @@ type VirtualMachineInterface = Client[*virtv1.VirtualMachine, *virtv1.VirtualMac
 // MigrationInterface is the typed client of one namespace's VMI migrations.
 type MigrationInterface = Client[*virtv1.VirtualMachineInstanceMigration, *virtv1.VirtualMachineInstanceMigrationList]
 
+// ReplicaSetInterface is the typed client of one namespace's VMI replica
+// sets.
+type ReplicaSetInterface = Client[*virtv1.VirtualMachineInstanceReplicaSet, *virtv1.VirtualMachineInstanceReplicaSetList]
+
 // Interface gives typed clients for the kubevirt.io/v1 resources the
 // controllers use.
 type Interface interface {
 	VirtualMachineInstances(namespace string) VirtualMachineInstanceInterface
 	VirtualMachines(namespace string) VirtualMachineInterface
 	Migrations(namespace string) MigrationInterface
+	ReplicaSets(namespace string) ReplicaSetInterface
 }
 
 var _ Interface = (*Clientset)(nil)
@@ -114,6 +119,17 @@ func (c *Clientset) Migrations(namespace string) MigrationInterface {
 		func() *virtv1.VirtualMachineInstanceMigration { return &virtv1.VirtualMachineInstanceMigration{} },
 		func() *virtv1.VirtualMachineInstanceMigrationList {
 			return &virtv1.VirtualMachineInstanceMigrationList{}
+		},
+	)
+}
+
+// ReplicaSets returns the VMI replica set client of namespace ("" for all namespaces).
+func (c *Clientset) ReplicaSets(namespace string) ReplicaSetInterface {
+	return gentype.NewClientWithList(
+		"virtualmachineinstancereplicasets", c.rest, parameterCodec, namespace,
+		func() *virtv1.VirtualMachineInstanceReplicaSet { return &virtv1.VirtualMachineInstanceReplicaSet{} },
+		func() *virtv1.VirtualMachineInstanceReplicaSetList {
+			return &virtv1.VirtualMachineInstanceReplicaSetList{}
 		},
 	)
 }

@@ -1,7 +1,7 @@
 // Command crdgen writes KubeVirt's CRDs as virt-operator v1.8.1 generates
-// them, one YAML file per CRD: into OUTPUT_DIR the four that virtshard
+// them, one YAML file per CRD: into OUTPUT_DIR the five that virtshard
 // manages, with the kustomization.yaml that lists them (deploy/default
-// includes the directory); with -others DIR, into DIR the other fifteen
+// includes the directory); with -others DIR, into DIR the other fourteen
 // that virt-operator installs, which only KubeVirt's own virt-controller
 // needs: it starts an informer on each (bench/kubevirt applies them).
 //
@@ -27,6 +27,7 @@ var managed = []generator{
 	components.NewVirtualMachineInstanceCrd,
 	components.NewVirtualMachineCrd,
 	components.NewVirtualMachineInstanceMigrationCrd,
+	components.NewReplicaSetCrd,
 	// The KubeVirt CR, whose spec.configuration the replicas follow
 	// (controllers/clusterconfig).
 	components.NewKubeVirtCrd,
@@ -36,7 +37,7 @@ var managed = []generator{
 // install strategy (pkg/virt-operator/resource/generate/install/strategy.go,
 // GenerateCurrentInstallStrategy) that managed lacks, in its order.
 var others = []generator{
-	components.NewPresetCrd, components.NewReplicaSetCrd,
+	components.NewPresetCrd,
 	components.NewVirtualMachineSnapshotCrd, components.NewVirtualMachineSnapshotContentCrd,
 	components.NewVirtualMachineRestoreCrd, components.NewVirtualMachineInstancetypeCrd,
 	components.NewVirtualMachineClusterInstancetypeCrd, components.NewVirtualMachinePoolCrd,

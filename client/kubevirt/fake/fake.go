@@ -93,6 +93,24 @@ func (c *Clientset) Migrations(namespace string) kubevirt.MigrationInterface {
 	)
 }
 
+// ReplicaSets implements kubevirt.Interface.
+func (c *Clientset) ReplicaSets(namespace string) kubevirt.ReplicaSetInterface {
+	return gentype.NewFakeClientWithList(&c.Fake, namespace,
+		virtv1.SchemeGroupVersion.WithResource("virtualmachineinstancereplicasets"), virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind,
+		func() *virtv1.VirtualMachineInstanceReplicaSet { return &virtv1.VirtualMachineInstanceReplicaSet{} },
+		func() *virtv1.VirtualMachineInstanceReplicaSetList {
+			return &virtv1.VirtualMachineInstanceReplicaSetList{}
+		},
+		func(dst, src *virtv1.VirtualMachineInstanceReplicaSetList) { dst.ListMeta = src.ListMeta },
+		func(list *virtv1.VirtualMachineInstanceReplicaSetList) []*virtv1.VirtualMachineInstanceReplicaSet {
+			return pointers(list.Items)
+		},
+		func(list *virtv1.VirtualMachineInstanceReplicaSetList, items []*virtv1.VirtualMachineInstanceReplicaSet) {
+			list.Items = values(items)
+		},
+	)
+}
+
 func pointers[T any](items []T) []*T {
 	out := make([]*T, len(items))
 	for i := range items {

@@ -4,6 +4,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/disruptionbudget"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/node"
+	"github.com/virtshard/virtshard/controllers/replicaset"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/vm"
 	"github.com/virtshard/virtshard/controllers/vmi"
@@ -19,5 +20,6 @@ func (o *Options) declarations() []sharded.Declaration {
 		migration.Declare(o.Migration),
 		node.Declare(o.Node),
 		disruptionbudget.Declare(),
+		replicaset.Declare(),
 	}
 }

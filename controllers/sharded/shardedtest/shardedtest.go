@@ -148,7 +148,7 @@ func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
 	var kubeObjects, kvObjects, unstructuredObjects []runtime.Object
 	for _, obj := range c.Objects {
 		switch obj.(type) {
-		case *virtv1.VirtualMachineInstance, *virtv1.VirtualMachine, *virtv1.VirtualMachineInstanceMigration:
+		case *virtv1.VirtualMachineInstance, *virtv1.VirtualMachine, *virtv1.VirtualMachineInstanceMigration, *virtv1.VirtualMachineInstanceReplicaSet:
 			kvObjects = append(kvObjects, obj)
 		case *unstructured.Unstructured:
 			unstructuredObjects = append(unstructuredObjects, obj)

@@ -1,0 +1,453 @@
+package replicaset
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/kinds"
+	"github.com/virtshard/virtshard/controllers/patch"
+	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/shard"
+)
+
+// Event reasons, KubeVirt's.
+const (
+	ReasonSuccessfulCreate  = "SuccessfulCreate"
+	ReasonFailedCreate      = "FailedCreate"
+	ReasonSuccessfulDelete  = "SuccessfulDelete"
+	ReasonFailedDelete      = "FailedDelete"
+	ReasonSuccessfulPaused  = "SuccessfulPaused"
+	ReasonSuccessfulResumed = "SuccessfulResumed"
+)
+
+type vmi = virtv1.VirtualMachineInstance
+
+// sync reconciles one replica set, in KubeVirt's order: record the API
+// version (a write of its own), check the spec, claim the members, scale
+// once every create and delete sent before is seen, delete finished
+// members, write the status.
+func (c *Controller) sync(ctx context.Context, it sharded.Item) (time.Duration, error) {
+	r := c.env.Caches.Get(it.Range)
+	if r == nil {
+		return 0, nil
+	}
+	cached, exists, err := ReplicaSets.In(r).Latest(it.Key)
+	if err != nil {
+		return 0, err
+	}
+	if !exists {
+		c.expectations.Delete(it.Range, it.Key)
+		return 0, nil
+	}
+	rs := cached.DeepCopy()
+	if patch.ObserveAPIVersion(rs) {
+		// KubeVirt's first write of a set: a whole update, and nothing else
+		// in that sync; its event brings the set back.
+		_, err := c.write(ctx, it, r, rs, false)
+		return 0, err
+	}
+	selector, err := validSelector(rs)
+	if err != nil {
+		// As KubeVirt: logged, not retried; a change of the set queues it.
+		klog.FromContext(ctx).Error(err, "Invalid replica set, not retried until it changes", "replicaset", klog.KObj(rs))
+		return 0, nil
+	}
+	needsSync := c.expectations.Satisfied(it.Range, it.Key)
+	members, err := c.claim(ctx, it, r, rs, selector)
+	if err != nil {
+		return 0, err
+	}
+	active, finished := sortMembers(members)
+	var scaleErr error
+	if needsSync && !rs.Spec.Paused && rs.DeletionTimestamp == nil {
+		scaleErr = c.scale(ctx, it, rs, active)
+		if scaleErr == nil && len(finished) > 0 {
+			scaleErr = c.deleteFinished(ctx, it, rs, finished)
+		}
+	}
+	if errors.Is(scaleErr, sharded.ErrNotHeld) {
+		return 0, nil // the range moved on: its holder takes it from here
+	}
+	if err := c.writeStatus(ctx, it, r, rs, selector, active, scaleErr); err != nil {
+		return 0, err
+	}
+	return 0, scaleErr
+}
+
+// validSelector is the set's selector, or why the set cannot be acted on:
+// no template, no selector, no template labels, or a selector the
+// template's labels do not match (virt-api's admission refuses the last,
+// the controller checks all of them, as KubeVirt's does).
+func validSelector(rs *virtv1.VirtualMachineInstanceReplicaSet) (labels.Selector, error) {
+	if rs.Spec.Template == nil || rs.Spec.Selector == nil || len(rs.Spec.Template.ObjectMeta.Labels) == 0 {
+		return nil, errors.New("a replica set needs a template with labels and a selector")
+	}
+	selector, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("invalid selector: %w", err)
+	}
+	if !selector.Matches(labels.Set(rs.Spec.Template.ObjectMeta.Labels)) {
+		return nil, fmt.Errorf("selector %s does not match the template's labels", selector)
+	}
+	return selector, nil
+}
+
+// claim returns the set's members: the VMIs it controls that match its
+// selector, and the orphans it adopts; members that no longer match are
+// released. It is KubeVirt's ClaimVirtualMachineInstances, with orphans
+// found by a live list (doc.go).
+func (c *Controller) claim(ctx context.Context, it sharded.Item, r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, selector labels.Selector) ([]*vmi, error) {
+	owned, err := kinds.VMIs.In(r).ByIndex(byReplicaSet, string(rs.UID))
+	if err != nil {
+		return nil, err
+	}
+	var members []*vmi
+	for _, v := range owned {
+		switch {
+		case selector.Matches(labels.Set(v.Labels)):
+			members = append(members, v)
+		case rs.DeletionTimestamp == nil:
+			if err := c.release(ctx, it, v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if rs.DeletionTimestamp != nil {
+		return members, nil
+	}
+	orphans, err := c.orphans(ctx, rs, selector)
+	if err != nil || len(orphans) == 0 {
+		return members, err
+	}
+	// A fresh read: the cached set may be late to say it is being
+	// deleted, and a set being deleted adopts nothing.
+	fresh, err := c.env.KubeVirt.ReplicaSets(rs.Namespace).Get(ctx, rs.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("recheck replica set %s before adopting: %w", it.Key, err)
+	}
+	if fresh.UID != rs.UID || fresh.DeletionTimestamp != nil {
+		return members, nil
+	}
+	ref := metav1.NewControllerRef(rs, virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind)
+	for _, orphan := range orphans {
+		var adopted *vmi
+		c.adopting.Store(orphan.UID, true)
+		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+			adopted, err = c.env.KubeVirt.VirtualMachineInstances(orphan.Namespace).Patch(ctx, orphan.Name, types.MergePatchType,
+				shard.Adopt(orphan, *ref, it.Range), metav1.PatchOptions{})
+			return err
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			c.adopting.Delete(orphan.UID)
+			continue
+		case err != nil:
+			c.adopting.Delete(orphan.UID)
+			return nil, fmt.Errorf("adopt VMI %s/%s: %w", orphan.Namespace, orphan.Name, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Adopted orphan VMI", "replicaset", klog.KObj(rs), "vmi", klog.KObj(adopted))
+		members = append(members, adopted)
+	}
+	return members, nil
+}
+
+// orphans lists the VMIs of the set's namespace that match its selector,
+// carry no range label and have no controller: VMIs users made on their
+// own. Members carry the set's range label, so the list leaves them out
+// on the server's side and stays as small as the orphans are.
+func (c *Controller) orphans(ctx context.Context, rs *virtv1.VirtualMachineInstanceReplicaSet, selector labels.Selector) ([]*vmi, error) {
+	unlabelled, err := labels.NewRequirement(shard.LabelRange, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, err
+	}
+	list, err := c.env.KubeVirt.VirtualMachineInstances(rs.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.Add(*unlabelled).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list orphan VMIs of replica set %s/%s: %w", rs.Namespace, rs.Name, err)
+	}
+	var out []*vmi
+	for i := range list.Items {
+		v := &list.Items[i]
+		if metav1.GetControllerOf(v) == nil && v.DeletionTimestamp == nil {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// release lets go of a member whose labels no longer match: its owner
+// references are cleared, as KubeVirt's release does, for this UID only.
+// It keeps the set's range label: a range label never changes (shard.StampRange).
+func (c *Controller) release(ctx context.Context, it sharded.Item, v *vmi) error {
+	body := fmt.Sprintf(`{"metadata":{"uid":%q,"ownerReferences":[]}}`, v.UID)
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.env.KubeVirt.VirtualMachineInstances(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	})
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || errors.Is(err, sharded.ErrNotHeld) {
+		return nil // released, gone, or being deleted; or not ours to say
+	}
+	return fmt.Errorf("release VMI %s/%s: %w", v.Namespace, v.Name, err)
+}
+
+// sortMembers splits the members into the active ones and the finished
+// ones (final, or whose pod is terminating) that the set deletes; members
+// being deleted count as neither. The active ones come in the order they
+// are given up when the set scales down: KubeVirt's is the cache's
+// arbitrary one; here those not running go first, then the newest.
+func sortMembers(members []*vmi) (active, finished []*vmi) {
+	for _, v := range members {
+		switch {
+		case v.DeletionTimestamp != nil:
+		case v.IsFinal() || podTerminating(v):
+			finished = append(finished, v)
+		default:
+			active = append(active, v)
+		}
+	}
+	slices.SortStableFunc(active, func(a, b *vmi) int {
+		if ar, br := a.Status.Phase == virtv1.Running, b.Status.Phase == virtv1.Running; ar != br {
+			if br {
+				return -1
+			}
+			return 1
+		}
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	return active, finished
+}
+
+// podTerminating: the VMI's Ready condition is False because its launcher
+// pod is terminating (KubeVirt's "unknown" VMIs).
+func podTerminating(v *vmi) bool {
+	for _, c := range v.Status.Conditions {
+		if c.Type == virtv1.VirtualMachineInstanceReady {
+			return c.Status == corev1.ConditionFalse && c.Reason == virtv1.PodTerminatingReason
+		}
+	}
+	return false
+}
+
+func ready(v *vmi) bool {
+	for _, c := range v.Status.Conditions {
+		if c.Type == virtv1.VirtualMachineInstanceReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// wanted is spec.replicas, 1 when unset.
+func wanted(rs *virtv1.VirtualMachineInstanceReplicaSet) int {
+	if rs.Spec.Replicas == nil {
+		return 1
+	}
+	return int(*rs.Spec.Replicas)
+}
+
+// scale creates or deletes active members towards spec.replicas, at most
+// BurstReplicas in one sync, and returns the first error of any of them.
+func (c *Controller) scale(ctx context.Context, it sharded.Item, rs *virtv1.VirtualMachineInstanceReplicaSet, active []*vmi) error {
+	diff := len(active) - wanted(rs)
+	switch {
+	case diff > 0:
+		victims := active[:min(diff, BurstReplicas)]
+		return c.deleteAll(ctx, it, rs, victims, "Error deleting virtual machine instance %s: %v",
+			"Stopped the virtual machine by deleting the virtual machine instance %v")
+	case diff < 0:
+		return c.createAll(ctx, it, rs, min(-diff, BurstReplicas))
+	}
+	return nil
+}
+
+// deleteFinished deletes up to BurstReplicas finished members.
+func (c *Controller) deleteFinished(ctx context.Context, it sharded.Item, rs *virtv1.VirtualMachineInstanceReplicaSet, finished []*vmi) error {
+	return c.deleteAll(ctx, it, rs, finished[:min(len(finished), BurstReplicas)],
+		"Error deleting finished virtual machine %s: %v", "Deleted finished virtual machine: %v")
+}
+
+// deleteAll deletes the VMIs side by side, each with its UID as a
+// precondition, recording an event for each with KubeVirt's messages
+// (failed: the VMI's name and the error; done: its UID).
+func (c *Controller) deleteAll(ctx context.Context, it sharded.Item, rs *virtv1.VirtualMachineInstanceReplicaSet, victims []*vmi, failed, done string) error {
+	uids := make([]types.UID, len(victims))
+	for i, v := range victims {
+		uids[i] = v.UID
+	}
+	c.expectations.ExpectDeletions(it.Range, it.Key, uids...)
+	return parallel(len(victims), func(i int) error {
+		v := victims[i]
+		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+			return c.env.KubeVirt.VirtualMachineInstances(v.Namespace).Delete(ctx, v.Name, metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: &v.UID},
+			})
+		})
+		if err != nil {
+			// Not accepted: there is no deletion to see.
+			c.expectations.DeletionObserved(it.Range, it.Key, v.UID)
+			if !errors.Is(err, sharded.ErrNotHeld) {
+				c.env.Recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedDelete, failed, v.Name, err)
+			}
+			return err
+		}
+		c.env.Recorder.Eventf(rs, corev1.EventTypeNormal, ReasonSuccessfulDelete, done, v.UID)
+		return nil
+	})
+}
+
+// createAll creates n members side by side from the template.
+func (c *Controller) createAll(ctx context.Context, it sharded.Item, rs *virtv1.VirtualMachineInstanceReplicaSet, n int) error {
+	c.expectations.ExpectCreations(it.Range, it.Key, n)
+	return parallel(n, func(int) error {
+		var created *vmi
+		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+			created, err = c.env.KubeVirt.VirtualMachineInstances(rs.Namespace).Create(ctx, newMember(rs, it.Range), metav1.CreateOptions{})
+			return err
+		})
+		if err != nil {
+			c.expectations.CreationObserved(it.Range, it.Key)
+			if !errors.Is(err, sharded.ErrNotHeld) {
+				c.env.Recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating virtual machine instance: %v", err)
+			}
+			return err
+		}
+		c.env.Recorder.Eventf(rs, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Started the virtual machine by creating the new virtual machine instance %v", created.Name)
+		return nil
+	})
+}
+
+// newMember is a member as KubeVirt makes one: the template's metadata and
+// spec, a name generated from the template's name, else its generateName,
+// else the set's, the template's labels, the set as controller; and here
+// the set's range label.
+func newMember(rs *virtv1.VirtualMachineInstanceReplicaSet, rng int) *vmi {
+	t := rs.Spec.Template.DeepCopy()
+	v := &vmi{ObjectMeta: t.ObjectMeta, Spec: t.Spec}
+	v.GenerateName = cmp.Or(t.ObjectMeta.Name, t.ObjectMeta.GenerateName, rs.Name)
+	v.Name = ""
+	v.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind)}
+	shard.StampRange(v, rng)
+	return v
+}
+
+// parallel runs do(0..n-1) side by side, as KubeVirt's goroutines per
+// create or delete, and returns the first error.
+func parallel(n int, do func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = do(i) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeStatus writes replicas, ready replicas, the selector and the Paused
+// and ReplicaFailure conditions, counted from the active members before
+// this sync scaled, when any of them changed, as KubeVirt's updateStatus.
+// The events for a pause or resume follow the write.
+func (c *Controller) writeStatus(ctx context.Context, it sharded.Item, r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, selector labels.Selector, active []*vmi, scaleErr error) error {
+	readyCount := 0
+	for _, v := range active {
+		if ready(v) {
+			readyCount++
+		}
+	}
+	st := &rs.Status
+	pausedMatch := rs.Spec.Paused == hasCondition(rs, virtv1.VirtualMachineInstanceReplicaSetReplicaPaused)
+	if int(st.Replicas) == len(active) && int(st.ReadyReplicas) == readyCount &&
+		(scaleErr != nil) == hasCondition(rs, virtv1.VirtualMachineInstanceReplicaSetReplicaFailure) &&
+		pausedMatch && st.LabelSelector == selector.String() {
+		return nil
+	}
+	st.LabelSelector, st.Replicas, st.ReadyReplicas = selector.String(), int32(len(active)), int32(readyCount)
+	now := metav1.Now()
+	switch has := hasCondition(rs, virtv1.VirtualMachineInstanceReplicaSetReplicaPaused); {
+	case rs.Spec.Paused && !has:
+		st.Conditions = append(st.Conditions, virtv1.VirtualMachineInstanceReplicaSetCondition{
+			Type: virtv1.VirtualMachineInstanceReplicaSetReplicaPaused, Status: corev1.ConditionTrue,
+			Reason: "Paused", Message: "Controller got paused", LastTransitionTime: now,
+		})
+	case !rs.Spec.Paused && has:
+		removeCondition(rs, virtv1.VirtualMachineInstanceReplicaSetReplicaPaused)
+	}
+	switch has := hasCondition(rs, virtv1.VirtualMachineInstanceReplicaSetReplicaFailure); {
+	case scaleErr != nil && !has:
+		reason := ReasonFailedDelete
+		if len(active) < wanted(rs) {
+			reason = ReasonFailedCreate
+		}
+		st.Conditions = append(st.Conditions, virtv1.VirtualMachineInstanceReplicaSetCondition{
+			Type: virtv1.VirtualMachineInstanceReplicaSetReplicaFailure, Status: corev1.ConditionTrue,
+			Reason: reason, Message: scaleErr.Error(), LastTransitionTime: now,
+		})
+	case scaleErr == nil && has:
+		removeCondition(rs, virtv1.VirtualMachineInstanceReplicaSetReplicaFailure)
+	}
+	if written, err := c.write(ctx, it, r, rs, true); err != nil || !written {
+		return err
+	}
+	if !pausedMatch {
+		if rs.Spec.Paused {
+			c.env.Recorder.Eventf(rs, corev1.EventTypeNormal, ReasonSuccessfulPaused, "Paused")
+		} else {
+			c.env.Recorder.Eventf(rs, corev1.EventTypeNormal, ReasonSuccessfulResumed, "Resumed")
+		}
+	}
+	return nil
+}
+
+// write updates the set (or its status) whole, with the cached
+// resourceVersion as a precondition, as KubeVirt does; the answer is
+// what the next syncs of the range start from. It reports whether the
+// set was written: not if it is gone or the range moved on.
+func (c *Controller) write(ctx context.Context, it sharded.Item, r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, status bool) (bool, error) {
+	var updated *virtv1.VirtualMachineInstanceReplicaSet
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
+		client := c.env.KubeVirt.ReplicaSets(rs.Namespace)
+		if status {
+			updated, err = client.UpdateStatus(ctx, rs, metav1.UpdateOptions{})
+		} else {
+			updated, err = client.Update(ctx, rs, metav1.UpdateOptions{})
+		}
+		return err
+	})
+	switch {
+	case apierrors.IsNotFound(err), errors.Is(err, sharded.ErrNotHeld):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("update replica set %s: %w", it.Key, err)
+	}
+	ReplicaSets.In(r).Wrote(updated)
+	return true, nil
+}
+
+func hasCondition(rs *virtv1.VirtualMachineInstanceReplicaSet, t virtv1.VirtualMachineInstanceReplicaSetConditionType) bool {
+	return slices.ContainsFunc(rs.Status.Conditions, func(c virtv1.VirtualMachineInstanceReplicaSetCondition) bool { return c.Type == t })
+}
+
+func removeCondition(rs *virtv1.VirtualMachineInstanceReplicaSet, t virtv1.VirtualMachineInstanceReplicaSetConditionType) {
+	rs.Status.Conditions = slices.DeleteFunc(rs.Status.Conditions, func(c virtv1.VirtualMachineInstanceReplicaSetCondition) bool { return c.Type == t })
+}
