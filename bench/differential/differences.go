@@ -50,6 +50,17 @@ var Known = []Difference{
 		KubeVirt: "pkg/virt-controller/watch/vmi/vmi.go: sync (failed to render launch manifest)",
 	},
 	{
+		Kind: "Event", Object: "<event:VirtualMachineInstanceReplicaSet/*/InvalidSpec#*>", Path: "**", Outcomes: []Outcome{Extra},
+		Reason: "virtshard says why it leaves a replica set it cannot act on alone, in an event and a ReplicaFailure " +
+			"condition (bad input gets a condition and an event); KubeVirt's replica set controller only logs it",
+		KubeVirt: "pkg/virt-controller/watch/replicaset/replicaset.go: execute (Invalid controller spec)",
+	},
+	{
+		Kind: "VirtualMachineInstanceReplicaSet", Path: "status.conditions[ReplicaFailure].**", Outcomes: []Outcome{Extra},
+		Reason: "the ReplicaFailure condition (reason InvalidSpec) of a replica set virtshard cannot act on; KubeVirt only logs it",
+		KubeVirt: "pkg/virt-controller/watch/replicaset/replicaset.go: execute (Invalid controller spec)",
+	},
+	{
 		Kind: "Event", Object: "<event:VirtualMachineInstanceMigration/*/FailedHandOver#*>", Path: "**", Outcomes: []Outcome{Missing},
 		Reason: "KubeVirt's handoff patch tests the VMI's migration state, and fails when its own VMI controller " +
 			"wrote the VMI in between; it records the failure and retries. virtshard's handoff is one merge patch",

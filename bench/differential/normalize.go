@@ -1,6 +1,7 @@
 package differential
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"regexp"
@@ -57,6 +58,10 @@ type Normalizer struct {
 	Namespace string
 
 	replace map[string]string
+	// goneMembers match the names a replica set drew for members the
+	// capture no longer holds (generateName and a suffix of the server's
+	// alphabet), each with its token.
+	goneMembers []goneMember
 	// longest first, so that a name within a longer one is not replaced
 	// first.
 	order []string
@@ -68,6 +73,7 @@ type Normalizer struct {
 // pod" is the same token in both runs.
 func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 	n.replace = map[string]string{}
+	n.goneMembers = replicaSetMembers(objs)
 	names := make([]string, len(objs))
 	for i, obj := range objs {
 		names[i] = obj.GetName()
@@ -75,7 +81,12 @@ func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 	// Events are named after the objects they are about, whose own names
 	// may be generated: those are numbered first, and an event's stem
 	// names its object by that token.
-	n.numberGenerated(objs, names, func(o *unstructured.Unstructured) bool { return o.GetKind() != "Event" })
+	// So are pods after the VMIs they belong to, whose names may be
+	// generated too (a replica set's members).
+	n.numberGenerated(objs, names, func(o *unstructured.Unstructured) bool { return o.GetKind() == "VirtualMachineInstance" })
+	n.numberGenerated(objs, names, func(o *unstructured.Unstructured) bool {
+		return o.GetKind() != "Event" && o.GetKind() != "VirtualMachineInstance"
+	})
 	n.numberGenerated(objs, names, func(o *unstructured.Unstructured) bool { return o.GetKind() == "Event" })
 	for i, obj := range objs {
 		if uid := string(obj.GetUID()); uid != "" {
@@ -204,7 +215,7 @@ func (n *Normalizer) numberGenerated(objs []*unstructured.Unstructured, names []
 		if stem, ok := n.GeneratedName(obj); ok {
 			stem = n.plainText(stem)
 			if obj.GetKind() == "Event" {
-				stem = goneLaunchers(stem)
+				stem = n.gone(stem)
 			}
 			byStem[stem] = append(byStem[stem], i)
 		}
@@ -299,7 +310,44 @@ func (n *Normalizer) text(s string) string {
 			s = strings.ReplaceAll(s, k, n.replace[k])
 		}
 	}
-	return goneLaunchers(s)
+	return n.gone(s)
+}
+
+// gone replaces the names left in s of objects the capture does not
+// hold: launcher pods, then replica set members (a gone member's launcher
+// pod name holds the member's).
+func (n *Normalizer) gone(s string) string {
+	s = goneLaunchers(s)
+	for _, m := range n.goneMembers {
+		s = m.name.ReplaceAllString(s, m.token)
+	}
+	return s
+}
+
+type goneMember struct {
+	name  *regexp.Regexp
+	token string
+}
+
+// replicaSetMembers are the member names of the replica sets among objs:
+// the prefix KubeVirt generates them from (the template's name, else its
+// generateName, else the set's) and five characters of the API server's
+// name alphabet.
+func replicaSetMembers(objs []*unstructured.Unstructured) []goneMember {
+	var out []goneMember
+	for _, obj := range objs {
+		if obj.GetKind() != "VirtualMachineInstanceReplicaSet" {
+			continue
+		}
+		name, _, _ := unstructured.NestedString(obj.Object, "spec", "template", "metadata", "name")
+		generateName, _, _ := unstructured.NestedString(obj.Object, "spec", "template", "metadata", "generateName")
+		prefix := cmp.Or(name, generateName, obj.GetName())
+		out = append(out, goneMember{
+			name:  regexp.MustCompile(`\b` + regexp.QuoteMeta(prefix) + `[bcdfghjklmnpqrstvwxz2456789]{5}\b`),
+			token: "<member-of-" + obj.GetName() + "-gone>",
+		})
+	}
+	return out
 }
 
 // GoneLauncherToken stands for a launcher pod the capture does not hold,
@@ -369,13 +417,20 @@ func isTime(s string) bool {
 
 // GeneratedName is the stem of the names controllers generate: a launcher
 // pod's VMI and role (the VMI's pod, a migration's target, a temporary
-// provisioning pod), an event's involved object and reason. KubeVirt
+// provisioning pod), a replica set member's set, an event's involved
+// object and reason. KubeVirt
 // generates a launcher pod's suffix, virtshard derives it (a deliberate
 // difference, docs/architecture.md): either way the pod is known by its
 // VMI and role. Events are numbered by creation within their stem, as
 // pods are.
 func GeneratedName(obj *unstructured.Unstructured) (string, bool) {
 	switch obj.GetKind() {
+	case "VirtualMachineInstance":
+		owner := metav1.GetControllerOf(obj)
+		if owner == nil || owner.Kind != "VirtualMachineInstanceReplicaSet" || obj.GetGenerateName() == "" {
+			return "", false
+		}
+		return "member-of-" + owner.Name, true
 	case "Pod":
 		owner := metav1.GetControllerOf(obj)
 		if owner == nil || owner.Kind != "VirtualMachineInstance" {

@@ -1,6 +1,7 @@
 package differential
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -212,5 +213,69 @@ func TestNormalizeNamesAnObjectByTheUIDItsNameHolds(t *testing.T) {
 	}
 	if !reflect.DeepEqual(a, b) {
 		t.Errorf("runs differ after normalizing:\n%v\n%v", a, b)
+	}
+}
+
+// A replica set's members have names the server drew: two runs' members
+// are the set's first and second whatever their suffixes, and so are
+// their launcher pods, whose stems name the member's token.
+func TestNormalizeNumbersAReplicaSetsMembersAndTheirPods(t *testing.T) {
+	capture := func(suffixes ...string) []*unstructured.Unstructured {
+		var objs []*unstructured.Unstructured
+		for i, s := range suffixes {
+			name := "web" + s
+			at := fmt.Sprintf("2026-12-04T10:00:0%dZ", i)
+			objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+				"metadata": map[string]any{"name": name, "generateName": "web", "uid": "uid-" + s, "creationTimestamp": at,
+					"ownerReferences": []any{map[string]any{"kind": "VirtualMachineInstanceReplicaSet", "name": "web", "uid": "rs", "controller": true}}},
+			}}, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "Pod",
+				"metadata": map[string]any{"name": "virt-launcher-" + name + "-q1w2e", "generateName": "virt-launcher-" + name + "-", "creationTimestamp": at,
+					"ownerReferences": []any{map[string]any{"kind": "VirtualMachineInstance", "name": name, "uid": "uid-" + s, "controller": true}}},
+			}})
+		}
+		return objs
+	}
+	a := (&Normalizer{GeneratedName: GeneratedName}).Normalize(capture("zq9x1", "ab3c4"))
+	b := (&Normalizer{GeneratedName: GeneratedName}).Normalize(capture("m7n8p", "kk2j5"))
+	var names []string
+	for i := range a {
+		if a[i].Name != b[i].Name {
+			t.Errorf("%s in one run, %s in the other", a[i].Name, b[i].Name)
+		}
+		names = append(names, a[i].Name)
+	}
+	want := []string{"<member-of-web#1>", "<virt-launcher-<member-of-web#1>-pod#1>", "<member-of-web#2>", "<virt-launcher-<member-of-web#2>-pod#1>"}
+	if !reflect.DeepEqual(names, want) {
+		t.Errorf("names %q, want %q", names, want)
+	}
+}
+
+// Events still name members the set deleted, and their launcher pods:
+// both stand for a gone member, whatever the server drew.
+func TestNormalizeKnowsAGoneMemberInAnEvent(t *testing.T) {
+	capture := func(member string) []*unstructured.Unstructured {
+		return []*unstructured.Unstructured{{Object: map[string]any{
+			"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceReplicaSet",
+			"metadata": map[string]any{"name": "web", "uid": "rs-uid-1"},
+		}}, {Object: map[string]any{
+			"apiVersion": "v1", "kind": "Event", "metadata": map[string]any{"name": "e1"},
+			"reason":         "SuccessfulCreate",
+			"message":        "Started the virtual machine by creating the new virtual machine instance " + member,
+			"involvedObject": map[string]any{"kind": "VirtualMachineInstanceReplicaSet", "name": "web", "uid": "rs-uid-1"},
+		}}, {Object: map[string]any{
+			"apiVersion": "v1", "kind": "Event", "metadata": map[string]any{"name": "e2"},
+			"reason": "SuccessfulCreate", "message": "Created virtual machine pod virt-launcher-" + member + "-x2k4q",
+			"involvedObject": map[string]any{"kind": "VirtualMachineInstance", "name": member},
+		}}}
+	}
+	a := (&Normalizer{GeneratedName: GeneratedName}).Normalize(capture("webx7k2p"))
+	b := (&Normalizer{GeneratedName: GeneratedName}).Normalize(capture("webq9z4m"))
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("runs differ:\n%v\n%v", a, b)
+	}
+	if msg := a[1].Content["message"]; msg != "Started the virtual machine by creating the new virtual machine instance <member-of-web-gone>" {
+		t.Errorf("message %q", msg)
 	}
 }

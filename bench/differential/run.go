@@ -116,13 +116,14 @@ func (r *Runner) resource(kind string, apiVersion string) (schema.GroupVersionRe
 // groupOf is the API group of the kinds a step names without an
 // apiVersion.
 var groupOf = map[string]string{
-	"VirtualMachineInstance":          virtv1.SchemeGroupVersion.Group,
-	"VirtualMachine":                  virtv1.SchemeGroupVersion.Group,
-	"VirtualMachineInstanceMigration": virtv1.SchemeGroupVersion.Group,
-	"KubeVirt":                        virtv1.SchemeGroupVersion.Group,
-	"DataVolume":                      "cdi.kubevirt.io",
-	"PodDisruptionBudget":             "policy",
-	"ControllerRevision":              "apps",
+	"VirtualMachineInstance":           virtv1.SchemeGroupVersion.Group,
+	"VirtualMachine":                   virtv1.SchemeGroupVersion.Group,
+	"VirtualMachineInstanceMigration":  virtv1.SchemeGroupVersion.Group,
+	"VirtualMachineInstanceReplicaSet": virtv1.SchemeGroupVersion.Group,
+	"KubeVirt":                         virtv1.SchemeGroupVersion.Group,
+	"DataVolume":                       "cdi.kubevirt.io",
+	"PodDisruptionBudget":              "policy",
+	"ControllerRevision":               "apps",
 }
 
 func (r *Runner) client(ns string, gvr schema.GroupVersionResource, namespaced bool) dynamic.ResourceInterface {

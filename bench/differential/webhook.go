@@ -1,6 +1,7 @@
 package differential
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -187,7 +188,9 @@ func mutate(resource string, raw []byte) ([]byte, error) {
 			vmi.Spec.Domain.Firmware = &virtv1.Firmware{}
 		}
 		if vmi.Spec.Domain.Firmware.UUID == "" {
-			vmi.Spec.Domain.Firmware.UUID = derivedUUID("vmi", vmi.Name)
+			// A replica set's members have names the server drew: theirs
+			// is the set's, shared, so that both runs agree.
+			vmi.Spec.Domain.Firmware.UUID = derivedUUID("vmi", cmp.Or(vmi.GenerateName, vmi.Name))
 		}
 		if err := apidefaults.Apply(vmi, clusterconfig.DefaultConfig("amd64"), metav1.Now()); err != nil {
 			return nil, fmt.Errorf("virt-api would refuse VMI %s: %w", vmi.Name, err)

@@ -63,9 +63,8 @@ func (c *Controller) sync(ctx context.Context, it sharded.Item) (time.Duration, 
 	}
 	selector, err := validSelector(rs)
 	if err != nil {
-		// As KubeVirt: logged, not retried; a change of the set queues it.
-		klog.FromContext(ctx).Error(err, "Invalid replica set, not retried until it changes", "replicaset", klog.KObj(rs))
-		return 0, nil
+		// Not retried, as in KubeVirt: a change of the set queues it.
+		return 0, c.invalid(ctx, it, r, rs, err)
 	}
 	needsSync := c.expectations.Satisfied(it.Range, it.Key)
 	members, err := c.claim(ctx, it, r, rs, selector)
@@ -105,6 +104,34 @@ func validSelector(rs *virtv1.VirtualMachineInstanceReplicaSet) (labels.Selector
 		return nil, fmt.Errorf("selector %s does not match the template's labels", selector)
 	}
 	return selector, nil
+}
+
+// ReasonInvalidSpec is the reason of the ReplicaFailure condition and the
+// event of a set the controller cannot act on.
+const ReasonInvalidSpec = "InvalidSpec"
+
+// invalid says why the set cannot be acted on, in a ReplicaFailure
+// condition and an event, once. KubeVirt only logs it (virt-api refuses
+// the selector that does not match the template's labels, but not every
+// cluster runs virt-api's webhooks in front of every client); the
+// condition goes once the set is fixed, as any ReplicaFailure does.
+func (c *Controller) invalid(ctx context.Context, it sharded.Item, r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, why error) error {
+	klog.FromContext(ctx).V(2).Info("Invalid replica set", "replicaset", klog.KObj(rs), "reason", why)
+	if slices.ContainsFunc(rs.Status.Conditions, func(c virtv1.VirtualMachineInstanceReplicaSetCondition) bool {
+		return c.Type == virtv1.VirtualMachineInstanceReplicaSetReplicaFailure && c.Reason == ReasonInvalidSpec && c.Message == why.Error()
+	}) {
+		return nil
+	}
+	removeCondition(rs, virtv1.VirtualMachineInstanceReplicaSetReplicaFailure)
+	rs.Status.Conditions = append(rs.Status.Conditions, virtv1.VirtualMachineInstanceReplicaSetCondition{
+		Type: virtv1.VirtualMachineInstanceReplicaSetReplicaFailure, Status: corev1.ConditionTrue,
+		Reason: ReasonInvalidSpec, Message: why.Error(), LastTransitionTime: metav1.Now(),
+	})
+	if written, err := c.write(ctx, it, r, rs, true); err != nil || !written {
+		return err
+	}
+	c.env.Recorder.Eventf(rs, corev1.EventTypeWarning, ReasonInvalidSpec, "%s", why)
+	return nil
 }
 
 // claim returns the set's members: the VMIs it controls that match its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,14 @@ func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 			generated++
 			v.Name = fmt.Sprintf("%s%05d", v.GenerateName, generated)
 		}
+		return false, nil, nil
+	})
+	// Nor does it move resourceVersions, by which the replica's overlay
+	// of its own writes tells them newer than its cache.
+	f.KubeVirt.PrependReactor("update", "virtualmachineinstancereplicasets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		rs := a.(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachineInstanceReplicaSet)
+		rv, _ := strconv.Atoi(rs.ResourceVersion)
+		rs.ResourceVersion = strconv.Itoa(rv + 1)
 		return false, nil, nil
 	})
 	return &fixture{f, ctrl}
@@ -291,15 +300,31 @@ func TestAFailedCreateSetsReplicaFailureAndRetries(t *testing.T) {
 	}
 }
 
-func TestAnInvalidSetIsLeftAlone(t *testing.T) {
+func TestAnInvalidSetSaysWhyOnceAndIsLeftAlone(t *testing.T) {
 	rs := newRS(1)
 	rs.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}
 	f := start(t, rs, nil)
 	if err := f.sync(rs); err != nil {
 		t.Fatal(err)
 	}
+	if got := f.KubeVirtWrites(); !slices.Equal(got, []string{"update virtualmachineinstancereplicasets/status"}) {
+		t.Fatalf("writes %q for a set whose selector does not match its template, want only its status", got)
+	}
+	st := statusOf(t, f)
+	if len(st.Conditions) != 1 || st.Conditions[0].Reason != ReasonInvalidSpec ||
+		st.Conditions[0].Message != "selector app=db does not match the template's labels" {
+		t.Errorf("conditions %+v, want ReplicaFailure InvalidSpec saying why", st.Conditions)
+	}
+	if events := f.Events(); !slices.Equal(events, []string{"Warning InvalidSpec selector app=db does not match the template's labels"}) {
+		t.Errorf("events %q", events)
+	}
+	// Said once: the next sync, from the status written, writes nothing.
+	f.KubeVirt.ClearActions()
+	if err := f.sync(rs); err != nil {
+		t.Fatal(err)
+	}
 	if got := f.KubeVirtWrites(); len(got) != 0 {
-		t.Errorf("writes %q for a set whose selector does not match its template", got)
+		t.Errorf("writes %q on the second sync", got)
 	}
 }
 

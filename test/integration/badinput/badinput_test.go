@@ -33,6 +33,7 @@ import (
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/controllers/migration"
+	"github.com/virtshard/virtshard/controllers/replicaset"
 	"github.com/virtshard/virtshard/controllers/vmi"
 	"github.com/virtshard/virtshard/shard"
 	"github.com/virtshard/virtshard/test/clustertest"
@@ -359,6 +360,38 @@ func cases() []badCase {
 			}
 			// KubeVirt's syncRunStrategy reports an unknown strategy so.
 			return e.vmFailure(vm.Name, "FailedCreate")
+		}},
+		{"replica-set-selector-misses-its-template", func(e *env) func(context.Context) string {
+			// virt-api refuses it; a cluster without its webhook does not.
+			set := &virtv1.VirtualMachineInstanceReplicaSet{
+				ObjectMeta: metav1.ObjectMeta{Name: "set-misses"},
+				Spec: virtv1.VirtualMachineInstanceReplicaSetSpec{
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+					Template: &virtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+						Spec: workload.AsWritten("member").Spec},
+				},
+			}
+			if _, err := e.kv.ReplicaSets(e.ns).Create(context.Background(), set, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			return func(ctx context.Context) string {
+				got, err := e.kv.ReplicaSets(e.ns).Get(ctx, set.Name, metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if !slices.ContainsFunc(got.Status.Conditions, func(c virtv1.VirtualMachineInstanceReplicaSetCondition) bool {
+					return c.Type == virtv1.VirtualMachineInstanceReplicaSetReplicaFailure && c.Reason == replicaset.ReasonInvalidSpec
+				}) {
+					return fmt.Sprintf("no ReplicaFailure %s: %+v", replicaset.ReasonInvalidSpec, got.Status.Conditions)
+				}
+				if !e.hasEvent(ctx, set.Name, replicaset.ReasonInvalidSpec) {
+					return "no event " + replicaset.ReasonInvalidSpec
+				}
+				if vmis, err := e.kv.VirtualMachineInstances(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"}); err != nil || len(vmis.Items) != 0 {
+					return fmt.Sprintf("members of an invalid set: %v", err)
+				}
+				return ""
+			}
 		}},
 		{"vm-name-taken-by-foreign-vmi", func(e *env) func(context.Context) string {
 			// Controlled by another owner, a real one that the garbage

@@ -339,6 +339,33 @@ func (w *rbacWorkload) run() {
 		return err
 	})
 
+	// A VMI replica set of two over an orphan that matches it: the replica
+	// set controller records its API version, reads it afresh and adopts
+	// the orphan, creates one more and writes its status; scaled to one,
+	// it deletes one.
+	setLabels := map[string]string{"rbac-set": "web"}
+	orphan := workload.AsWritten("orphan")
+	orphan.Labels = setLabels
+	if _, err := w.kv.VirtualMachineInstances(w.ns).Create(ctx, orphan, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	set := &virtv1.VirtualMachineInstanceReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "set"},
+		Spec: virtv1.VirtualMachineInstanceReplicaSetSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: setLabels},
+			Template: &virtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: setLabels}, Spec: template.Spec}},
+	}
+	if _, err := w.kv.ReplicaSets(w.ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.setReplicas(2, setLabels)
+	if _, err := w.kv.ReplicaSets(w.ns).Patch(ctx, "set", types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.setReplicas(1, setLabels)
+	if err := w.kv.ReplicaSets(w.ns).Delete(ctx, "set", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Halting the VM deletes its VMI; deleting the VM and the VMI releases
 	// their finalizers.
 	patch := fmt.Sprintf(`{"spec":{"runStrategy":%q}}`, halted)
@@ -362,6 +389,28 @@ func (w *rbacWorkload) run() {
 	w.waitGone("VMI evacuee", func(ctx context.Context) error {
 		_, err := w.kv.VirtualMachineInstances(w.ns).Get(ctx, "evacuee", metav1.GetOptions{})
 		return err
+	})
+}
+
+// setReplicas waits until the replica set reports n replicas and n VMIs
+// with its labels are left, none of them being deleted.
+func (w *rbacWorkload) setReplicas(n int32, labels map[string]string) {
+	w.poll(fmt.Sprintf("replica set of %d", n), func(ctx context.Context) bool {
+		set, err := w.kv.ReplicaSets(w.ns).Get(ctx, "set", metav1.GetOptions{})
+		if err != nil || set.Status.Replicas != n {
+			return false
+		}
+		vmis, err := w.kv.VirtualMachineInstances(w.ns).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: labels})})
+		if err != nil {
+			return false
+		}
+		live := int32(0)
+		for _, v := range vmis.Items {
+			if v.DeletionTimestamp == nil && metav1.GetControllerOf(&v) != nil {
+				live++
+			}
+		}
+		return live == n && int32(len(vmis.Items)) == n
 	})
 }
 
