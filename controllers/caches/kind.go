@@ -1,13 +1,16 @@
 package caches
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -42,6 +45,15 @@ type Kind[T runtime.Object] struct {
 	Trim cache.TransformFunc
 	// Indexers are the kind's own indexes, which every reader may use.
 	Indexers cache.Indexers
+}
+
+// ListWatchOf is the ListerWatcher of a typed client's List and Watch,
+// the usual Kind.ListWatch: ListWatchOf(client.List, client.Watch).
+func ListWatchOf[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error), watchFunc func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return list(ctx, o) },
+		WatchFuncWithContext: watchFunc,
+	}
 }
 
 // Watch is a kind as one consumer declares it: with the indexers it reads

@@ -22,8 +22,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -43,15 +41,8 @@ var PDBs = caches.Kind[*policyv1.PodDisruptionBudget]{
 	Resource:  "poddisruptionbudgets",
 	Placement: shard.OwnKey,
 	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
-		pdbs := c.Kube.PolicyV1()
-		return &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return pdbs.PodDisruptionBudgets(ns).List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return pdbs.PodDisruptionBudgets(ns).Watch(ctx, o)
-			},
-		}
+		pdbs := c.Kube.PolicyV1().PodDisruptionBudgets(ns)
+		return caches.ListWatchOf(pdbs.List, pdbs.Watch)
 	},
 	Trim: shard.TrimForCache,
 }

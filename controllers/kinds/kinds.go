@@ -8,12 +8,7 @@
 package kinds
 
 import (
-	"context"
-
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -36,13 +31,8 @@ var VMIs = caches.Kind[*virtv1.VirtualMachineInstance]{
 	Resource:  "virtualmachineinstances",
 	Placement: shard.OwnersRangeOrOwnKey,
 	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
-		return listWatch(
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.KubeVirt.VirtualMachineInstances(ns).List(ctx, o)
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.KubeVirt.VirtualMachineInstances(ns).Watch(ctx, o)
-			})
+		vmis := c.KubeVirt.VirtualMachineInstances(ns)
+		return caches.ListWatchOf(vmis.List, vmis.Watch)
 	},
 	Trim: shard.TrimForCache,
 }
@@ -55,14 +45,8 @@ var LauncherPods = caches.Kind[*corev1.Pod]{
 	Resource:  "pods",
 	Placement: shard.OwnersRange,
 	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
-		pods := c.Kube.CoreV1()
-		return listWatch(
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return pods.Pods(ns).List(ctx, o)
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return pods.Pods(ns).Watch(ctx, o)
-			})
+		pods := c.Kube.CoreV1().Pods(ns)
+		return caches.ListWatchOf(pods.List, pods.Watch)
 	},
 	Trim: TrimPod,
 	Indexers: cache.Indexers{ByVMIUID: func(obj any) ([]string, error) {
@@ -75,13 +59,8 @@ var VMs = caches.Kind[*virtv1.VirtualMachine]{
 	Resource:  "virtualmachines",
 	Placement: shard.OwnKey,
 	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
-		return listWatch(
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.KubeVirt.VirtualMachines(ns).List(ctx, o)
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.KubeVirt.VirtualMachines(ns).Watch(ctx, o)
-			})
+		vms := c.KubeVirt.VirtualMachines(ns)
+		return caches.ListWatchOf(vms.List, vms.Watch)
 	},
 	Trim: shard.TrimForCache,
 }
@@ -92,13 +71,8 @@ var Migrations = caches.Kind[*virtv1.VirtualMachineInstanceMigration]{
 	Resource:  "virtualmachineinstancemigrations",
 	Placement: shard.ClusterWide,
 	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
-		return cache.ToListWatcherWithWatchListSemantics(listWatch(
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.KubeVirt.Migrations(ns).List(ctx, o)
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.KubeVirt.Migrations(ns).Watch(ctx, o)
-			}), c.KubeVirt)
+		migrations := c.KubeVirt.Migrations(ns)
+		return cache.ToListWatcherWithWatchListSemantics(caches.ListWatchOf(migrations.List, migrations.Watch), c.KubeVirt)
 	},
 	Trim: shard.TrimForCache,
 	Indexers: cache.Indexers{ByVMIName: func(obj any) ([]string, error) {
@@ -114,15 +88,9 @@ var Nodes = caches.Kind[*corev1.Node]{
 	Placement: shard.ClusterWide,
 	ListWatch: func(c caches.Clients, _ string) cache.ListerWatcher {
 		nodes := c.Kube.CoreV1().Nodes()
-		return cache.ToListWatcherWithWatchListSemantics(listWatch(
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) },
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return nodes.Watch(ctx, o) }), c.Kube)
+		return cache.ToListWatcherWithWatchListSemantics(caches.ListWatchOf(nodes.List, nodes.Watch), c.Kube)
 	},
 	Trim: trimNode,
-}
-
-func listWatch(list func(context.Context, metav1.ListOptions) (runtime.Object, error), watch func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
-	return &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watch}
 }
 
 // trimNode keeps what the controllers read of a node: its metadata (less

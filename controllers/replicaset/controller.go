@@ -1,12 +1,9 @@
 package replicaset
 
 import (
-	"context"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -26,14 +23,8 @@ var ReplicaSets = caches.Kind[*virtv1.VirtualMachineInstanceReplicaSet]{
 	Resource:  "virtualmachineinstancereplicasets",
 	Placement: shard.OwnKey,
 	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
-		return &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.KubeVirt.ReplicaSets(ns).List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.KubeVirt.ReplicaSets(ns).Watch(ctx, o)
-			},
-		}
+		sets := c.KubeVirt.ReplicaSets(ns)
+		return caches.ListWatchOf(sets.List, sets.Watch)
 	},
 	Trim: shard.TrimForCache,
 }

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -36,15 +35,8 @@ var revisions = caches.Kind[*appsv1.ControllerRevision]{
 	Resource:  "controllerrevisions",
 	Placement: shard.OwnersRange,
 	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
-		crs := c.Kube.AppsV1()
-		return &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return crs.ControllerRevisions(ns).List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return crs.ControllerRevisions(ns).Watch(ctx, o)
-			},
-		}
+		crs := c.Kube.AppsV1().ControllerRevisions(ns)
+		return caches.ListWatchOf(crs.List, crs.Watch)
 	},
 	Trim: trimRevision,
 	Indexers: cache.Indexers{byOwner: func(obj any) ([]string, error) {
