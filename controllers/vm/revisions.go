@@ -47,26 +47,50 @@ var revisions = caches.Kind[*appsv1.ControllerRevision]{
 	}},
 }
 
-// trimRevision drops a revision's managed fields. Its data stays: the
-// spec the VM started from is what a running VMI's generation and the
-// RestartRequired condition are judged against, on every sync of a
-// running VM, as KubeVirt judges them from its own revision cache.
+// trimRevision drops a revision's managed fields and decodes the spec it
+// holds once, as the cache takes it in (startedRevision): the spec the VM
+// started from is what a running VMI's generation and the RestartRequired
+// condition are judged against, on every sync of a running VM, as KubeVirt
+// judges them from its own revision cache.
 func trimRevision(obj any) (any, error) {
 	if cr, ok := obj.(*appsv1.ControllerRevision); ok {
 		cr.ManagedFields = nil
+		if cr.Data.Object == nil {
+			decoded := &startedRevision{}
+			decoded.err = json.Unmarshal(cr.Data.Raw, decoded)
+			cr.Data.Object = decoded
+		}
 	}
 	return obj, nil
 }
 
-// startedSpec is the spec a start revision holds.
+// startedRevision is a start revision's data decoded, kept in the cached
+// revision's Data.Object beside its raw bytes.
+type startedRevision struct {
+	metav1.TypeMeta `json:",inline"`
+	Spec            virtv1.VirtualMachineSpec `json:"spec"`
+	err             error
+}
+
+func (s *startedRevision) DeepCopyObject() runtime.Object {
+	out := &startedRevision{TypeMeta: s.TypeMeta, err: s.err}
+	s.Spec.DeepCopyInto(&out.Spec)
+	return out
+}
+
+// startedSpec is the spec a start revision holds: the cache's decoding
+// (read only), or, for a revision that did not come through the cache,
+// its own.
 func startedSpec(cr *appsv1.ControllerRevision) (*virtv1.VirtualMachineSpec, error) {
-	var data struct {
-		Spec virtv1.VirtualMachineSpec `json:"spec"`
+	decoded, ok := cr.Data.Object.(*startedRevision)
+	if !ok {
+		decoded = &startedRevision{}
+		decoded.err = json.Unmarshal(cr.Data.Raw, decoded)
 	}
-	if err := json.Unmarshal(cr.Data.Raw, &data); err != nil {
-		return nil, fmt.Errorf("revision %s/%s: %w", cr.Namespace, cr.Name, err)
+	if decoded.err != nil {
+		return nil, fmt.Errorf("revision %s/%s: %w", cr.Namespace, cr.Name, decoded.err)
 	}
-	return &data.Spec, nil
+	return &decoded.Spec, nil
 }
 
 // lastStartedSpec is the spec of vm's latest start revision on the
