@@ -67,7 +67,7 @@ func (c *Controller) sync(ctx context.Context, it sharded.Item) (time.Duration, 
 		return 0, c.invalid(ctx, it, r, rs, err)
 	}
 	needsSync := c.expectations.Satisfied(it.Range, it.Key)
-	members, err := c.claim(ctx, it, r, rs, selector)
+	members, err := c.claim(ctx, it, r, rs, selector, needsSync)
 	if err != nil {
 		return 0, err
 	}
@@ -137,8 +137,10 @@ func (c *Controller) invalid(ctx context.Context, it sharded.Item, r *caches.Ran
 // claim returns the set's members: the VMIs it controls that match its
 // selector, and the orphans it adopts; members that no longer match are
 // released. It is KubeVirt's ClaimVirtualMachineInstances, with orphans
-// found by a live list (doc.go).
-func (c *Controller) claim(ctx context.Context, it sharded.Item, r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, selector labels.Selector) ([]*vmi, error) {
+// found by a live list (doc.go), only when the sync is to count
+// (adoptOrphans): while creates and deletes are on their way, their
+// events bring many syncs, and one list each would be wasted.
+func (c *Controller) claim(ctx context.Context, it sharded.Item, r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, selector labels.Selector, adoptOrphans bool) ([]*vmi, error) {
 	owned, err := kinds.VMIs.In(r).ByIndex(byReplicaSet, string(rs.UID))
 	if err != nil {
 		return nil, err
@@ -154,7 +156,7 @@ func (c *Controller) claim(ctx context.Context, it sharded.Item, r *caches.Range
 			}
 		}
 	}
-	if rs.DeletionTimestamp != nil {
+	if rs.DeletionTimestamp != nil || !adoptOrphans {
 		return members, nil
 	}
 	orphans, err := c.orphans(ctx, rs, selector)

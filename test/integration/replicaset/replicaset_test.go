@@ -24,17 +24,18 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
-// A replica set scaled while the replicas that may hold it stop one after
-// the other reaches exactly its replicas: every member on the set's range,
+// A replica set scaled while the replicas that may hold it go away, one
+// killed (SIGKILL: its ranges wait for their leases to expire) and one
+// stopped, reaches exactly its replicas: every member on the set's range,
 // running, and no member ever created beyond what the set asked for.
-func TestAReplicaSetScalesThroughHandoffsWithoutACreateTooMany(t *testing.T) {
+func TestAReplicaSetScalesThroughAKilledReplicaWithoutACreateTooMany(t *testing.T) {
 	ctx := context.Background()
 	ns, _, kv := controllertest.Clients(t)
 	ranges, err := shard.NewRanges(shard.DefaultRangeCount, shard.KeyUID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	replicas := controllertest.StartN(t, ns, 3, nil)
+	procs := controllertest.StartProcesses(t, ns, 3)
 
 	// Every member the API server ever admitted, by UID.
 	labels := map[string]string{"app": "fleet"}
@@ -98,8 +99,9 @@ func TestAReplicaSetScalesThroughHandoffsWithoutACreateTooMany(t *testing.T) {
 	}
 	settled(4)
 
-	// Scale up and stop two replicas while the set creates: whichever of
-	// them held the set, the one left takes over from the server's state.
+	// Scale up, then kill one replica and stop another while the set
+	// creates: whichever of them held the set, the one left takes over
+	// from the server's state.
 	scale := func(n int32) {
 		t.Helper()
 		body := fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)
@@ -108,11 +110,8 @@ func TestAReplicaSetScalesThroughHandoffsWithoutACreateTooMany(t *testing.T) {
 		}
 	}
 	scale(12)
-	for _, id := range []string{"replica-1", "replica-2"} {
-		if err := replicas[id].Stop(); err != nil {
-			t.Fatalf("stop %s: %v", id, err)
-		}
-	}
+	procs[1].Kill()
+	procs[2].Stop(15 * time.Second)
 	settled(12)
 	if n := created(); n != 12 {
 		t.Errorf("%d members created for a set of 12", n)
