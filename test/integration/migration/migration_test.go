@@ -196,6 +196,20 @@ func (e *env) migrateAll(nodes map[string]string, during func(*sampler)) ([]virt
 
 // checkOutcome checks the limits held, every migration succeeded, the
 // VMIs run on their targets, and no target pod or permit is left over.
+// eventsOf are the reasons and messages of the events about name, to say
+// why a migration failed.
+func (e *env) eventsOf(name string) string {
+	events, err := e.kube.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, ev := range events.Items {
+		out = append(out, ev.Reason+": "+ev.Message)
+	}
+	return strings.Join(out, "; ")
+}
+
 func (e *env) checkOutcome(migrations []virtv1.VirtualMachineInstanceMigration, s *sampler, nodes map[string]string) {
 	e.t.Helper()
 	e.t.Logf("%d samples: at most %d migrations in flight, %d out of one node", s.samples, s.maxCluster, s.maxNode)
@@ -208,7 +222,7 @@ func (e *env) checkOutcome(migrations []virtv1.VirtualMachineInstanceMigration, 
 	}
 	for _, m := range migrations {
 		if m.Status.Phase != virtv1.MigrationSucceeded {
-			e.t.Errorf("migration %s is %s: %+v", m.Name, m.Status.Phase, m.Status.Conditions)
+			e.t.Errorf("migration %s is %s: %+v; its events: %s", m.Name, m.Status.Phase, m.Status.Conditions, e.eventsOf(m.Name))
 			continue
 		}
 		vmi, err := e.kv.VirtualMachineInstances(e.ns).Get(context.Background(), m.Spec.VMIName, metav1.GetOptions{})
