@@ -57,7 +57,7 @@ var Known = []Difference{
 	},
 	{
 		Kind: "VirtualMachineInstanceReplicaSet", Path: "status.conditions[ReplicaFailure].**", Outcomes: []Outcome{Extra},
-		Reason: "the ReplicaFailure condition (reason InvalidSpec) of a replica set virtshard cannot act on; KubeVirt only logs it",
+		Reason:   "the ReplicaFailure condition (reason InvalidSpec) of a replica set virtshard cannot act on; KubeVirt only logs it",
 		KubeVirt: "pkg/virt-controller/watch/replicaset/replicaset.go: execute (Invalid controller spec)",
 	},
 	{

@@ -222,9 +222,17 @@ func (n *Normalizer) numberGenerated(objs []*unstructured.Unstructured, names []
 	}
 	for stem, idx := range byStem {
 		slices.SortFunc(idx, func(a, b int) int {
-			ta, tb := objs[a].GetCreationTimestamp().Time, objs[b].GetCreationTimestamp().Time
-			if c := ta.Compare(tb); c != 0 {
-				return c
+			if inNoOrder(objs[a]) {
+				ma, _, _ := unstructured.NestedString(objs[a].Object, "message")
+				mb, _, _ := unstructured.NestedString(objs[b].Object, "message")
+				if c := strings.Compare(n.plainText(ma), n.plainText(mb)); c != 0 {
+					return c
+				}
+			} else {
+				ta, tb := objs[a].GetCreationTimestamp().Time, objs[b].GetCreationTimestamp().Time
+				if c := ta.Compare(tb); c != 0 {
+					return c
+				}
 			}
 			return strings.Compare(objs[a].GetName(), objs[b].GetName())
 		})
@@ -233,6 +241,15 @@ func (n *Normalizer) numberGenerated(objs []*unstructured.Unstructured, names []
 			n.replace[objs[i].GetName()] = names[i]
 		}
 	}
+}
+
+// inNoOrder reports whether obj is an event whose place among its stem's
+// is no one's decision: a replica set's creates and deletes run side by
+// side, and their events come in whatever order the requests finished.
+// Those are numbered by their message, the names in it replaced first.
+func inNoOrder(obj *unstructured.Unstructured) bool {
+	kind, _, _ := unstructured.NestedString(obj.Object, "involvedObject", "kind")
+	return obj.GetKind() == "Event" && kind == "VirtualMachineInstanceReplicaSet"
 }
 
 // plainText replaces the names known so far within s, before the

@@ -193,6 +193,13 @@ func (c *Controller) labelHere(ctx context.Context, it item, vmi *virtv1.Virtual
 	if err != nil {
 		return fmt.Errorf("restore the range label of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	if had := pod.Labels[shard.LabelRange]; had == strconv.Itoa(c.env.Ranges.Of(vmi)) && had != want {
+		// The VMI was an orphan on its own key's range, and an owner
+		// (a VM, a replica set) adopted it onto its own: the pod follows,
+		// which is no one's mistake to warn of.
+		klog.FromContext(ctx).V(2).Info("Moved launcher pod with its adopted VMI", "vmi", klog.KObj(vmi), "pod", pod.Name, "from", had, "to", want)
+		return nil
+	}
 	c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonRangeLabelRestored,
 		"launcher pod %s had range label %q; restored it to %s", pod.Name, pod.Labels[shard.LabelRange], want)
 	return nil

@@ -313,6 +313,32 @@ func TestSyncRestoresAnEditedRangeLabelInsteadOfFailingTheVMI(t *testing.T) {
 	if got := kvfake.Writes(f.KubeVirt.Actions()); len(got) != 0 {
 		t.Errorf("KubeVirt writes %q: the VMI must not fail for an edited label", got)
 	}
+	if events := f.Events(); len(events) != 1 || !strings.HasPrefix(events[0], "Warning "+ReasonRangeLabelRestored) {
+		t.Errorf("events %q, want the edit reported", events)
+	}
+}
+
+// An orphan adopted by an owner on another range moves there, its pod
+// after it: the pod's label is the orphan's own range, relabelled without
+// a warning, for it is no one's mistake.
+func TestSyncMovesTheLauncherPodOfAnAdoptedVMIQuietly(t *testing.T) {
+	orphan := newVMI("a")
+	ranges := shardedtest.Ranges(t)
+	pod := runningLauncherPod(t, orphan) // rendered on the orphan's own range
+	adopted := orphan.DeepCopy()
+	adopted.Status.Phase = virtv1.Running
+	adopted.Status.NodeName = "node-1"
+	shard.StampRange(adopted, (ranges.Of(orphan)+1)%ranges.Count())
+	f := newFixture(t, adopted, pod)
+	if err := f.c.sync(context.Background(), f.item(adopted)); err != nil {
+		t.Fatal(err)
+	}
+	if got := kvfake.Writes(f.Kube.Actions()); !slices.Equal(got, []string{"patch pods"}) {
+		t.Fatalf("kube writes %q, want the pod moved to the VMI's range", got)
+	}
+	if events := f.Events(); len(events) != 0 {
+		t.Errorf("events %q for a pod that followed its adopted VMI", events)
+	}
 }
 
 // A replica that takes a range back with caches kept from before it was
