@@ -444,7 +444,7 @@ func GeneratedName(obj *unstructured.Unstructured) (string, bool) {
 	switch obj.GetKind() {
 	case "VirtualMachineInstance":
 		owner := metav1.GetControllerOf(obj)
-		if owner == nil || owner.Kind != "VirtualMachineInstanceReplicaSet" || obj.GetGenerateName() == "" {
+		if owner == nil || owner.Kind != "VirtualMachineInstanceReplicaSet" {
 			return "", false
 		}
 		return "member-of-" + owner.Name, true

@@ -1,7 +1,6 @@
 package differential
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -188,9 +187,14 @@ func mutate(resource string, raw []byte) ([]byte, error) {
 			vmi.Spec.Domain.Firmware = &virtv1.Firmware{}
 		}
 		if vmi.Spec.Domain.Firmware.UUID == "" {
-			// A replica set's members have names the server drew: theirs
-			// is the set's, shared, so that both runs agree.
-			vmi.Spec.Domain.Firmware.UUID = derivedUUID("vmi", cmp.Or(vmi.GenerateName, vmi.Name))
+			// A replica set's members have names the server drew
+			// (KubeVirt) or virtshard derived: theirs is the set's,
+			// shared, so that both runs agree.
+			name := vmi.Name
+			if ref := metav1.GetControllerOf(vmi); ref != nil && ref.Kind == "VirtualMachineInstanceReplicaSet" {
+				name = "member-of-" + ref.Name
+			}
+			vmi.Spec.Domain.Firmware.UUID = derivedUUID("vmi", name)
 		}
 		if err := apidefaults.Apply(vmi, clusterconfig.DefaultConfig("amd64"), metav1.Now()); err != nil {
 			return nil, fmt.Errorf("virt-api would refuse VMI %s: %w", vmi.Name, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -74,7 +75,7 @@ func (c *Controller) sync(ctx context.Context, it sharded.Item) (time.Duration, 
 	active, finished := sortMembers(members)
 	var scaleErr error
 	if needsSync && !rs.Spec.Paused && rs.DeletionTimestamp == nil {
-		scaleErr = c.scale(ctx, it, rs, active)
+		scaleErr = c.scale(ctx, it, r, rs, active)
 		if scaleErr == nil && len(finished) > 0 {
 			scaleErr = c.deleteFinished(ctx, it, rs, finished)
 		}
@@ -293,7 +294,7 @@ func wanted(rs *virtv1.VirtualMachineInstanceReplicaSet) int {
 
 // scale creates or deletes active members towards spec.replicas, at most
 // BurstReplicas in one sync, and returns the first error of any of them.
-func (c *Controller) scale(ctx context.Context, it sharded.Item, rs *virtv1.VirtualMachineInstanceReplicaSet, active []*vmi) error {
+func (c *Controller) scale(ctx context.Context, it sharded.Item, r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, active []*vmi) error {
 	diff := len(active) - wanted(rs)
 	switch {
 	case diff > 0:
@@ -301,7 +302,7 @@ func (c *Controller) scale(ctx context.Context, it sharded.Item, rs *virtv1.Virt
 		return c.deleteAll(ctx, it, rs, victims, "Error deleting virtual machine instance %s: %v",
 			"Stopped the virtual machine by deleting the virtual machine instance %v")
 	case diff < 0:
-		return c.createAll(ctx, it, rs, min(-diff, BurstReplicas))
+		return c.createAll(ctx, it, r, rs, min(-diff, BurstReplicas))
 	}
 	return nil
 }
@@ -341,15 +342,21 @@ func (c *Controller) deleteAll(ctx context.Context, it sharded.Item, rs *virtv1.
 	})
 }
 
-// createAll creates n members side by side from the template.
-func (c *Controller) createAll(ctx context.Context, it sharded.Item, rs *virtv1.VirtualMachineInstanceReplicaSet, n int) error {
+// createAll creates n members side by side from the template, in the set's
+// lowest free slots (memberNames).
+func (c *Controller) createAll(ctx context.Context, it sharded.Item, r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, n int) error {
+	names := memberNames(r, rs, n)
 	c.expectations.ExpectCreations(it.Range, it.Key, n)
-	return parallel(n, func(int) error {
+	return parallel(n, func(i int) error {
 		var created *vmi
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-			created, err = c.env.KubeVirt.VirtualMachineInstances(rs.Namespace).Create(ctx, newMember(rs, it.Range), metav1.CreateOptions{})
+			created, err = c.env.KubeVirt.VirtualMachineInstances(rs.Namespace).Create(ctx, newMember(rs, names[i], it.Range), metav1.CreateOptions{})
 			return err
 		})
+		existed := apierrors.IsAlreadyExists(err)
+		if existed {
+			err = c.existingMember(ctx, rs, names[i])
+		}
 		if err != nil {
 			c.expectations.CreationObserved(it.Range, it.Key)
 			if !errors.Is(err, sharded.ErrNotHeld) {
@@ -357,20 +364,58 @@ func (c *Controller) createAll(ctx context.Context, it sharded.Item, rs *virtv1.
 			}
 			return err
 		}
+		if existed {
+			// The slot's member exists already: the create of a replica
+			// that held the range before, which the cache will show.
+			c.expectations.CreationObserved(it.Range, it.Key)
+			return nil
+		}
 		c.env.Recorder.Eventf(rs, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Started the virtual machine by creating the new virtual machine instance %v", created.Name)
 		return nil
 	})
 }
 
+// existingMember is what a create answered AlreadyExists found: nil if the
+// set controls it, else why the slot's name is not the set's to use.
+func (c *Controller) existingMember(ctx context.Context, rs *virtv1.VirtualMachineInstanceReplicaSet, name string) error {
+	existing, err := c.env.KubeVirt.VirtualMachineInstances(rs.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err != nil:
+		return fmt.Errorf("read VMI %s/%s, which a create found: %w", rs.Namespace, name, err)
+	case metav1.IsControlledBy(existing, rs):
+		return nil
+	}
+	return fmt.Errorf("VMI %s/%s exists and is not a member of this replica set", rs.Namespace, name)
+}
+
+// memberNames are the names of the set's next n members: those of its
+// slots 0, 1, … that no VMI of the range's cache holds (a member being
+// deleted keeps its slot until it is gone), each the template's name, else
+// its generateName, else the set's, with five characters derived from the
+// set's UID and the slot (sharded.ChildName), the shape of the names the
+// API server generates for KubeVirt's. A create sent by a replica that lost
+// the range and the next holder's create of the same member then have one
+// name, and the server takes only the first.
+func memberNames(r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, n int) []string {
+	t := rs.Spec.Template.ObjectMeta
+	prefix := cmp.Or(t.Name, t.GenerateName, rs.Name)
+	var names []string
+	for slot := 0; len(names) < n; slot++ {
+		name := sharded.ChildName(prefix, string(rs.UID), strconv.Itoa(slot))
+		if _, taken, _ := kinds.VMIs.In(r).Get(rs.Namespace + "/" + name); !taken {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 // newMember is a member as KubeVirt makes one: the template's metadata and
-// spec, a name generated from the template's name, else its generateName,
-// else the set's, the template's labels, the set as controller; and here
-// the set's range label.
-func newMember(rs *virtv1.VirtualMachineInstanceReplicaSet, rng int) *vmi {
+// spec, the template's labels, the set as controller; here with its derived
+// name (memberNames) and the set's range label.
+func newMember(rs *virtv1.VirtualMachineInstanceReplicaSet, name string, rng int) *vmi {
 	t := rs.Spec.Template.DeepCopy()
 	v := &vmi{ObjectMeta: t.ObjectMeta, Spec: t.Spec}
-	v.GenerateName = cmp.Or(t.ObjectMeta.Name, t.ObjectMeta.GenerateName, rs.Name)
-	v.Name = ""
+	v.Name, v.GenerateName = name, ""
 	v.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind)}
 	shard.StampRange(v, rng)
 	return v

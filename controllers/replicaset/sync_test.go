@@ -36,17 +36,7 @@ func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 		c := newController(env, rt)
 		return c, c.declare(), nil
 	}, shardedtest.Cluster{Objects: objects})
-	// The API server generates names; the fake's tracker does not.
-	generated := 0
-	f.KubeVirt.PrependReactor("create", "virtualmachineinstances", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		v := a.(k8stesting.CreateAction).GetObject().(*virtv1.VirtualMachineInstance)
-		if v.Name == "" {
-			generated++
-			v.Name = fmt.Sprintf("%s%05d", v.GenerateName, generated)
-		}
-		return false, nil, nil
-	})
-	// Nor does it move resourceVersions, by which the replica's overlay
+	// The fake's tracker does not move resourceVersions, by which the replica's overlay
 	// of its own writes tells them newer than its cache.
 	f.KubeVirt.PrependReactor("update", "virtualmachineinstancereplicasets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		rs := a.(k8stesting.UpdateAction).GetObject().(*virtv1.VirtualMachineInstanceReplicaSet)
@@ -145,9 +135,19 @@ func TestSyncCreatesTheMissingMembersFromTheTemplate(t *testing.T) {
 		t.Fatalf("created %d VMIs, want 3: %q", len(created), f.KubeVirtWrites())
 	}
 	v := created[0]
-	if v.GenerateName != "web" || v.Labels["app"] != "web" || v.Annotations["note"] != "kept" ||
+	if v.GenerateName != "" || v.Labels["app"] != "web" || v.Annotations["note"] != "kept" ||
 		v.Labels[shard.LabelRange] != fmt.Sprint(f.Ranges.Of(rs)) || !metav1.IsControlledBy(v, rs) {
-		t.Errorf("member %+v: want the template's metadata, a name generated from the set's, the set's range and controller", v.ObjectMeta)
+		t.Errorf("member %+v: want the template's metadata, no generateName, the set's range and controller", v.ObjectMeta)
+	}
+	var names []string
+	for _, c := range created {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	want := []string{sharded.ChildName("web", "rs-uid", "0"), sharded.ChildName("web", "rs-uid", "1"), sharded.ChildName("web", "rs-uid", "2")}
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("members %q, want the set's slots 0-2 %q", names, want)
 	}
 	if events := f.Events(); len(events) != 3 || !strings.HasPrefix(events[0], "Normal SuccessfulCreate Started the virtual machine by creating the new virtual machine instance") {
 		t.Errorf("events %q, want three SuccessfulCreate", events)
@@ -341,5 +341,29 @@ func TestMembersCreatedAreObservedOnce(t *testing.T) {
 			t.Fatal("the created member was never observed")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A member a replica that held the range before sent late, or created
+// moments before the handoff, holds its slot's name: the next holder's
+// create of that slot is answered AlreadyExists, and no second member
+// comes of it.
+func TestASlotsMemberThatExistsAlreadyIsNoSecondMember(t *testing.T) {
+	rs := newRS(1)
+	f := start(t, rs, nil)
+	name := sharded.ChildName("web", "rs-uid", "0")
+	f.KubeVirt.PrependReactor("create", "virtualmachineinstances", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		// On the server, not yet in the range's cache.
+		return true, nil, apierrors.NewAlreadyExists(virtv1.Resource("virtualmachineinstances"), name)
+	})
+	late := member(shardedtest.Ranges(t), rs, name, virtv1.Pending, 1)
+	f.KubeVirt.PrependReactor("get", "virtualmachineinstances", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, late, nil
+	})
+	if err := f.sync(rs); err != nil {
+		t.Fatal(err)
+	}
+	if events := f.Events(); len(events) != 0 {
+		t.Errorf("events %q: the slot's member is the set's own", events)
 	}
 }
