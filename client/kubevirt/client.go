@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -14,9 +15,11 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	virtv1 "kubevirt.io/api/core/v1"
+	poolv1 "kubevirt.io/api/pool/v1beta1"
 )
 
-// Scheme knows the core Kubernetes types and the kubevirt.io/v1 types.
+// Scheme knows the core Kubernetes types, the kubevirt.io/v1 types and the
+// pool.kubevirt.io/v1beta1 ones.
 var Scheme = runtime.NewScheme()
 
 var (
@@ -29,6 +32,7 @@ func init() {
 	// every caller from having to remember it.
 	utilruntime.Must(scheme.AddToScheme(Scheme))
 	utilruntime.Must(virtv1.AddToScheme(Scheme))
+	utilruntime.Must(poolv1.AddToScheme(Scheme))
 }
 
 // Client is the typed client of one namespace's objects of a kubevirt.io/v1
@@ -59,26 +63,45 @@ type MigrationInterface = Client[*virtv1.VirtualMachineInstanceMigration, *virtv
 // sets.
 type ReplicaSetInterface = Client[*virtv1.VirtualMachineInstanceReplicaSet, *virtv1.VirtualMachineInstanceReplicaSetList]
 
+// PoolInterface is the typed client of one namespace's VM pools
+// (pool.kubevirt.io/v1beta1).
+type PoolInterface = Client[*poolv1.VirtualMachinePool, *poolv1.VirtualMachinePoolList]
+
 // Interface gives typed clients for the kubevirt.io/v1 resources the
-// controllers use.
+// controllers use, and the VM pools of pool.kubevirt.io.
 type Interface interface {
 	VirtualMachineInstances(namespace string) VirtualMachineInstanceInterface
 	VirtualMachines(namespace string) VirtualMachineInterface
 	Migrations(namespace string) MigrationInterface
 	ReplicaSets(namespace string) ReplicaSetInterface
+	Pools(namespace string) PoolInterface
 }
 
 var _ Interface = (*Clientset)(nil)
 
-// Clientset gives typed clients for the kubevirt.io/v1 resources.
+// Clientset gives typed clients for the kubevirt.io/v1 resources and VM
+// pools.
 type Clientset struct {
-	rest rest.Interface
+	rest, pools rest.Interface
 }
 
 // NewForConfig returns a Clientset for cfg. cfg is copied, not changed.
 func NewForConfig(cfg *rest.Config) (*Clientset, error) {
+	client, err := restClient(cfg, virtv1.GroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	pools, err := restClient(cfg, poolv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &Clientset{rest: client, pools: pools}, nil
+}
+
+// restClient is a REST client of one API group version, cfg copied.
+func restClient(cfg *rest.Config, gv schema.GroupVersion) (rest.Interface, error) {
 	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &virtv1.GroupVersion
+	c.GroupVersion = &gv
 	c.APIPath = "/apis"
 	c.NegotiatedSerializer = codecs.WithoutConversion()
 	if c.UserAgent == "" {
@@ -86,9 +109,9 @@ func NewForConfig(cfg *rest.Config) (*Clientset, error) {
 	}
 	client, err := rest.RESTClientFor(c)
 	if err != nil {
-		return nil, fmt.Errorf("build kubevirt.io/v1 REST client: %w", err)
+		return nil, fmt.Errorf("build %s REST client: %w", gv, err)
 	}
-	return &Clientset{rest: client}, nil
+	return client, nil
 }
 
 // RESTClient returns the underlying REST client.
@@ -131,5 +154,14 @@ func (c *Clientset) ReplicaSets(namespace string) ReplicaSetInterface {
 		func() *virtv1.VirtualMachineInstanceReplicaSetList {
 			return &virtv1.VirtualMachineInstanceReplicaSetList{}
 		},
+	)
+}
+
+// Pools returns the VM pool client of namespace ("" for all namespaces).
+func (c *Clientset) Pools(namespace string) PoolInterface {
+	return gentype.NewClientWithList(
+		"virtualmachinepools", c.pools, parameterCodec, namespace,
+		func() *poolv1.VirtualMachinePool { return &poolv1.VirtualMachinePool{} },
+		func() *poolv1.VirtualMachinePoolList { return &poolv1.VirtualMachinePoolList{} },
 	)
 }

@@ -54,10 +54,11 @@ var LauncherPods = caches.Kind[*corev1.Pod]{
 	}},
 }
 
-// VMs are VirtualMachines, on their own range.
+// VMs are VirtualMachines: on their pool's range when a pool created them
+// (it stamps its range label), else on their own.
 var VMs = caches.Kind[*virtv1.VirtualMachine]{
 	Resource:  "virtualmachines",
-	Placement: shard.OwnKey,
+	Placement: shard.OwnersRangeOrOwnKey,
 	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
 		vms := c.KubeVirt.VirtualMachines(ns)
 		return caches.ListWatchOf(vms.List, vms.Watch)

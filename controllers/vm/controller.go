@@ -77,7 +77,7 @@ func (c *Controller) declare() *sharded.Controller {
 			sharded.On(kinds.VMIs, c.vmiEvents(), nil),
 			// Cached to find a VM's older start revisions; their events
 			// queue nothing.
-			sharded.On(revisions, sharded.Events[*appsv1.ControllerRevision]{Keys: noKeys[*appsv1.ControllerRevision]}, nil),
+			sharded.On(kinds.Revisions, sharded.Events[*appsv1.ControllerRevision]{Keys: noKeys[*appsv1.ControllerRevision]}, nil),
 		},
 		Sync:   c.sync,
 		Forget: c.expectations.DropRange,

@@ -13,6 +13,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
 )
 
@@ -36,7 +37,7 @@ func startRevisionOf(r *caches.Range, vmi *virtv1.VirtualMachineInstance) (*apps
 	if vmi.Status.VirtualMachineRevisionName == "" {
 		return nil, nil
 	}
-	cr, _, err := revisions.In(r).Get(vmi.Namespace + "/" + vmi.Status.VirtualMachineRevisionName)
+	cr, _, err := kinds.Revisions.In(r).Get(vmi.Namespace + "/" + vmi.Status.VirtualMachineRevisionName)
 	return cr, err
 }
 
@@ -52,7 +53,7 @@ func (c *Controller) bumpGeneration(ctx context.Context, it item, r *caches.Rang
 	if err != nil || cr == nil {
 		return vmi, err
 	}
-	started, err := startedSpec(cr)
+	started, err := kinds.StartedSpec(cr)
 	if err != nil {
 		return vmi, err
 	}

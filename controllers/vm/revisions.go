@@ -11,10 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/shard"
 )
 
@@ -25,78 +25,12 @@ import (
 // Revision the generation; the VMI names it in
 // status.virtualMachineRevisionName, and a start at a new generation
 // deletes the VM's older ones. virtshard stamps its VM's range on it, so
-// that the VM's replica caches it.
-
-// byOwner indexes revisions by the UID of the VM that controls them.
-const byOwner = "ownerUID"
-
-// revisions are the start revisions of VMs, on their VM's range.
-var revisions = caches.Kind[*appsv1.ControllerRevision]{
-	Resource:  "controllerrevisions",
-	Placement: shard.OwnersRange,
-	ListWatch: func(c caches.Clients, ns string) cache.ListerWatcher {
-		crs := c.Kube.AppsV1().ControllerRevisions(ns)
-		return caches.ListWatchOf(crs.List, crs.Watch)
-	},
-	Trim: trimRevision,
-	Indexers: cache.Indexers{byOwner: func(obj any) ([]string, error) {
-		if ref := metav1.GetControllerOf(obj.(*appsv1.ControllerRevision)); ref != nil {
-			return []string{string(ref.UID)}, nil
-		}
-		return nil, nil
-	}},
-}
-
-// trimRevision drops a revision's managed fields and decodes the spec it
-// holds once, as the cache takes it in (startedRevision): the spec the VM
-// started from is what a running VMI's generation and the RestartRequired
-// condition are judged against, on every sync of a running VM, as KubeVirt
-// judges them from its own revision cache.
-func trimRevision(obj any) (any, error) {
-	if cr, ok := obj.(*appsv1.ControllerRevision); ok {
-		cr.ManagedFields = nil
-		if cr.Data.Object == nil {
-			decoded := &startedRevision{}
-			decoded.err = json.Unmarshal(cr.Data.Raw, decoded)
-			cr.Data.Object = decoded
-		}
-	}
-	return obj, nil
-}
-
-// startedRevision is a start revision's data decoded, kept in the cached
-// revision's Data.Object beside its raw bytes.
-type startedRevision struct {
-	metav1.TypeMeta `json:",inline"`
-	Spec            virtv1.VirtualMachineSpec `json:"spec"`
-	err             error
-}
-
-func (s *startedRevision) DeepCopyObject() runtime.Object {
-	out := &startedRevision{TypeMeta: s.TypeMeta, err: s.err}
-	s.Spec.DeepCopyInto(&out.Spec)
-	return out
-}
-
-// startedSpec is the spec a start revision holds: the cache's decoding
-// (read only), or, for a revision that did not come through the cache,
-// its own.
-func startedSpec(cr *appsv1.ControllerRevision) (*virtv1.VirtualMachineSpec, error) {
-	decoded, ok := cr.Data.Object.(*startedRevision)
-	if !ok {
-		decoded = &startedRevision{}
-		decoded.err = json.Unmarshal(cr.Data.Raw, decoded)
-	}
-	if decoded.err != nil {
-		return nil, fmt.Errorf("revision %s/%s: %w", cr.Namespace, cr.Name, decoded.err)
-	}
-	return &decoded.Spec, nil
-}
+// that the VM's replica caches it (kinds.Revisions).
 
 // lastStartedSpec is the spec of vm's latest start revision on the
 // range, nil when there is none (KubeVirt's getLastVMRevisionSpec).
 func lastStartedSpec(r *caches.Range, vm *virtv1.VirtualMachine) (*virtv1.VirtualMachineSpec, error) {
-	owned, err := revisions.In(r).ByIndex(byOwner, string(vm.UID))
+	owned, err := kinds.Revisions.In(r).ByIndex(kinds.ByControllerUID, string(vm.UID))
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +44,7 @@ func lastStartedSpec(r *caches.Range, vm *virtv1.VirtualMachine) (*virtv1.Virtua
 	if last == nil {
 		return nil, nil
 	}
-	return startedSpec(last)
+	return kinds.StartedSpec(last)
 }
 
 // startGeneration is the generation in the name of one of vm's start
@@ -167,7 +101,7 @@ func (c *Controller) startRevision(ctx context.Context, it item, vm *virtv1.Virt
 	name := startRevisionName(vm)
 	have := false
 	if r := c.env.Caches.Get(it.Range); r != nil {
-		owned, err := revisions.In(r).ByIndex(byOwner, string(vm.UID))
+		owned, err := kinds.Revisions.In(r).ByIndex(kinds.ByControllerUID, string(vm.UID))
 		if err != nil {
 			return "", err
 		}

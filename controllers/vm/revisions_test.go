@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -93,36 +92,5 @@ func TestSyncKeepsTheRevisionOfThisGeneration(t *testing.T) {
 	}
 	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Contains(got, "create virtualmachineinstances") {
 		t.Errorf("writes %q, want the VMI created", got)
-	}
-}
-
-// The cache decodes a revision's spec once; what the syncs read from it is
-// what the revision holds, and a revision that does not decode says so.
-func TestACachedRevisionHoldsItsSpecDecoded(t *testing.T) {
-	vm := newVM("a")
-	cr, err := newStartRevision(vm, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trimmed, _ := trimRevision(cr.DeepCopy())
-	cached := trimmed.(*appsv1.ControllerRevision)
-	if _, ok := cached.Data.Object.(*startedRevision); !ok {
-		t.Fatalf("cached revision's data object %T, want the decoded spec", cached.Data.Object)
-	}
-	fromCache, err := startedSpec(cached.DeepCopy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fromRaw, err := startedSpec(cr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !equality.Semantic.DeepEqual(fromCache, fromRaw) || !equality.Semantic.DeepEqual(fromCache.Template, vm.Spec.Template) {
-		t.Errorf("decoded spec %+v, want the VM's %+v", fromCache, vm.Spec)
-	}
-	cr.Data.Raw = []byte(`{"spec":`)
-	broken, _ := trimRevision(cr)
-	if _, err := startedSpec(broken.(*appsv1.ControllerRevision)); err == nil {
-		t.Error("a revision that does not decode gave a spec")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/gentype"
 	k8stesting "k8s.io/client-go/testing"
 	virtv1 "kubevirt.io/api/core/v1"
+	poolv1 "kubevirt.io/api/pool/v1beta1"
 
 	"github.com/virtshard/virtshard/client/kubevirt"
 )
@@ -106,6 +107,20 @@ func (c *Clientset) ReplicaSets(namespace string) kubevirt.ReplicaSetInterface {
 			return pointers(list.Items)
 		},
 		func(list *virtv1.VirtualMachineInstanceReplicaSetList, items []*virtv1.VirtualMachineInstanceReplicaSet) {
+			list.Items = values(items)
+		},
+	)
+}
+
+// Pools implements kubevirt.Interface.
+func (c *Clientset) Pools(namespace string) kubevirt.PoolInterface {
+	return gentype.NewFakeClientWithList(&c.Fake, namespace,
+		poolv1.SchemeGroupVersion.WithResource("virtualmachinepools"), poolv1.SchemeGroupVersion.WithKind("VirtualMachinePool"),
+		func() *poolv1.VirtualMachinePool { return &poolv1.VirtualMachinePool{} },
+		func() *poolv1.VirtualMachinePoolList { return &poolv1.VirtualMachinePoolList{} },
+		func(dst, src *poolv1.VirtualMachinePoolList) { dst.ListMeta = src.ListMeta },
+		func(list *poolv1.VirtualMachinePoolList) []*poolv1.VirtualMachinePool { return pointers(list.Items) },
+		func(list *poolv1.VirtualMachinePoolList, items []*poolv1.VirtualMachinePool) {
 			list.Items = values(items)
 		},
 	)
