@@ -1,7 +1,7 @@
 // Command crdgen writes KubeVirt's CRDs as virt-operator v1.8.1 generates
-// them, one YAML file per CRD: into OUTPUT_DIR the five that virtshard
+// them, one YAML file per CRD: into OUTPUT_DIR the six that virtshard
 // manages, with the kustomization.yaml that lists them (deploy/default
-// includes the directory); with -others DIR, into DIR the other fourteen
+// includes the directory); with -others DIR, into DIR the other thirteen
 // that virt-operator installs, which only KubeVirt's own virt-controller
 // needs: it starts an informer on each (bench/kubevirt applies them).
 //
@@ -28,6 +28,7 @@ var managed = []generator{
 	components.NewVirtualMachineCrd,
 	components.NewVirtualMachineInstanceMigrationCrd,
 	components.NewReplicaSetCrd,
+	components.NewVirtualMachinePoolCrd,
 	// The KubeVirt CR, whose spec.configuration the replicas follow
 	// (controllers/clusterconfig).
 	components.NewKubeVirtCrd,
@@ -40,7 +41,7 @@ var others = []generator{
 	components.NewPresetCrd,
 	components.NewVirtualMachineSnapshotCrd, components.NewVirtualMachineSnapshotContentCrd,
 	components.NewVirtualMachineRestoreCrd, components.NewVirtualMachineInstancetypeCrd,
-	components.NewVirtualMachineClusterInstancetypeCrd, components.NewVirtualMachinePoolCrd,
+	components.NewVirtualMachineClusterInstancetypeCrd,
 	components.NewMigrationPolicyCrd, components.NewVirtualMachinePreferenceCrd,
 	components.NewVirtualMachineClusterPreferenceCrd, components.NewVirtualMachineExportCrd,
 	components.NewVirtualMachineCloneCrd, components.NewVirtualMachineBackupCrd,

@@ -4,6 +4,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/disruptionbudget"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/node"
+	"github.com/virtshard/virtshard/controllers/pool"
 	"github.com/virtshard/virtshard/controllers/replicaset"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/vm"
@@ -21,5 +22,6 @@ func (o *Options) declarations() []sharded.Declaration {
 		node.Declare(o.Node),
 		disruptionbudget.Declare(),
 		replicaset.Declare(),
+		pool.Declare(),
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
+	poolv1 "kubevirt.io/api/pool/v1beta1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/workload"
@@ -366,6 +367,36 @@ func (w *rbacWorkload) run() {
 		t.Fatal(err)
 	}
 
+	// A VM pool of two halted VMs: the pool controller puts its finalizer
+	// on the pool, creates its revision and VMs; a new template rewrites
+	// them (and prunes the old revision); scaled to one, it deletes one and
+	// lets it go; deleted, it lets the last go and takes its finalizer off.
+	pool := &poolv1.VirtualMachinePool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool"},
+		Spec: poolv1.VirtualMachinePoolSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"rbac-pool": "a"}},
+			VirtualMachineTemplate: &poolv1.VirtualMachineTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"rbac-pool": "a"}},
+				Spec: virtv1.VirtualMachineSpec{RunStrategy: &halted, Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: template.Spec}}}},
+	}
+	if _, err := w.kv.Pools(w.ns).Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.poolVMs("pool VMs pool-0 and pool-1", "pool-1", "pool-0", "pool-1")
+	if _, err := w.kv.Pools(w.ns).Patch(ctx, "pool", types.MergePatchType, []byte(`{"spec":{"virtualMachineTemplate":{"metadata":{"annotations":{"rbac":"2"}}}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.poolVMs("pool VMs at revision pool-2", "pool-2", "pool-0", "pool-1")
+	if _, err := w.kv.Pools(w.ns).Patch(ctx, "pool", types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.poolVMs("pool scaled to 1", "", "pool-0")
+	if err := w.kv.Pools(w.ns).Delete(ctx, "pool", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitGone("pool", func(ctx context.Context) error {
+		_, err := w.kv.Pools(w.ns).Get(ctx, "pool", metav1.GetOptions{})
+		return err
+	})
+
 	// Halting the VM deletes its VMI; deleting the VM and the VMI releases
 	// their finalizers.
 	patch := fmt.Sprintf(`{"spec":{"runStrategy":%q}}`, halted)
@@ -411,6 +442,29 @@ func (w *rbacWorkload) setReplicas(n int32, labels map[string]string) {
 			}
 		}
 		return live == n && int32(len(vmis.Items)) == n
+	})
+}
+
+// poolVMs waits until the VMs labelled as the pool's that are not being
+// deleted are names, each at revision (any, when empty).
+func (w *rbacWorkload) poolVMs(what, revision string, names ...string) {
+	w.poll(what, func(ctx context.Context) bool {
+		vms, err := w.kv.VirtualMachines(w.ns).List(ctx, metav1.ListOptions{LabelSelector: "rbac-pool=a"})
+		if err != nil {
+			return false
+		}
+		var live []string
+		for _, v := range vms.Items {
+			if v.DeletionTimestamp != nil {
+				continue
+			}
+			if revision != "" && v.Labels[virtv1.VirtualMachinePoolRevisionName] != revision {
+				return false
+			}
+			live = append(live, v.Name)
+		}
+		slices.Sort(live)
+		return slices.Equal(live, names)
 	})
 }
 
