@@ -28,11 +28,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
+	poolv1 "kubevirt.io/api/pool/v1beta1"
 
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/controllers/migration"
+	"github.com/virtshard/virtshard/controllers/pool"
 	"github.com/virtshard/virtshard/controllers/replicaset"
 	"github.com/virtshard/virtshard/controllers/vmi"
 	"github.com/virtshard/virtshard/shard"
@@ -392,6 +395,56 @@ func cases() []badCase {
 				}
 				return ""
 			}
+		}},
+		{"pool-selector-misses-its-template", func(e *env) func(context.Context) string {
+			// virt-api refuses it; a cluster without its webhook does not.
+			p := &poolv1.VirtualMachinePool{
+				ObjectMeta: metav1.ObjectMeta{Name: "pool-misses"},
+				Spec: poolv1.VirtualMachinePoolSpec{
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+					VirtualMachineTemplate: &poolv1.VirtualMachineTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web-pool"}},
+						Spec: virtv1.VirtualMachineSpec{RunStrategy: ptr.To(virtv1.RunStrategyHalted),
+							Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: workload.AsWritten("member").Spec}}},
+				},
+			}
+			if _, err := e.kv.Pools(e.ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			return func(ctx context.Context) string {
+				got, err := e.kv.Pools(e.ns).Get(ctx, p.Name, metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if !slices.ContainsFunc(got.Status.Conditions, func(c poolv1.VirtualMachinePoolCondition) bool {
+					return c.Type == poolv1.VirtualMachinePoolReplicaFailure && c.Reason == pool.ReasonInvalidSpec
+				}) {
+					return fmt.Sprintf("no ReplicaFailure %s: %+v", pool.ReasonInvalidSpec, got.Status.Conditions)
+				}
+				if !e.hasEvent(ctx, p.Name, pool.ReasonInvalidSpec) {
+					return "no event " + pool.ReasonInvalidSpec
+				}
+				if vms, err := e.kv.VirtualMachines(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web-pool"}); err != nil || len(vms.Items) != 0 {
+					return fmt.Sprintf("VMs of an invalid pool: %v", err)
+				}
+				return ""
+			}
+		}},
+		{"pool-of-negative-replicas", func(e *env) func(context.Context) string {
+			labels := map[string]string{"app": "negative-pool"}
+			p := &poolv1.VirtualMachinePool{
+				ObjectMeta: metav1.ObjectMeta{Name: "pool-negative"},
+				Spec: poolv1.VirtualMachinePoolSpec{Replicas: ptr.To[int32](-1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+					VirtualMachineTemplate: &poolv1.VirtualMachineTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+						Spec: virtv1.VirtualMachineSpec{RunStrategy: ptr.To(virtv1.RunStrategyHalted),
+							Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: workload.AsWritten("member").Spec}}},
+				},
+			}
+			_, err := e.kv.Pools(e.ns).Create(context.Background(), p, metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) {
+				e.t.Fatalf("a pool of -1 replicas: %v, want it refused by the API server (the CRD's minimum 0)", err)
+			}
+			e.t.Logf("refused by the API server: %v", err)
+			return nil
 		}},
 		{"vm-name-taken-by-foreign-vmi", func(e *env) func(context.Context) string {
 			// Controlled by another owner, a real one that the garbage
