@@ -68,6 +68,17 @@ var Known = []Difference{
 		KubeVirt: "pkg/virt-controller/watch/replicaset/replicaset.go: execute (Invalid controller spec)",
 	},
 	{
+		Kind: "Event", Object: "<event:VirtualMachinePool/*/InvalidSpec#*>", Path: "**", Outcomes: []Outcome{Extra},
+		Reason: "virtshard says why it leaves a VM pool it cannot act on alone, in an event and a ReplicaFailure " +
+			"condition (bad input gets a condition and an event); KubeVirt's pool controller only logs it",
+		KubeVirt: "pkg/virt-controller/watch/pool/pool.go: execute (Selector does not match template labels)",
+	},
+	{
+		Kind: "VirtualMachinePool", Path: "status.conditions[ReplicaFailure].**", Outcomes: []Outcome{Extra},
+		Reason:   "the ReplicaFailure condition (reason InvalidSpec) of a VM pool virtshard cannot act on; KubeVirt only logs it",
+		KubeVirt: "pkg/virt-controller/watch/pool/pool.go: execute (Selector does not match template labels)",
+	},
+	{
 		Kind: "Event", Object: "<event:VirtualMachineInstance/<member-of-*-gone>/*>", Path: "involvedObject.uid", Outcomes: []Outcome{Differ},
 		Reason: "which members a replica set's scale-down removes is KubeVirt's cache order, no order at all (virtshard " +
 			"gives up the newest); the events of those gone name UIDs no capture holds, numbered as they first appear",

@@ -244,12 +244,13 @@ func (n *Normalizer) numberGenerated(objs []*unstructured.Unstructured, names []
 }
 
 // inNoOrder reports whether obj is an event whose place among its stem's
-// is no one's decision: a replica set's creates and deletes run side by
-// side, and their events come in whatever order the requests finished.
+// is no one's decision: a replica set's or a pool's creates, deletes and
+// updates run side by side, and their events come in whatever order the
+// requests finished.
 // Those are numbered by their message, the names in it replaced first.
 func inNoOrder(obj *unstructured.Unstructured) bool {
 	kind, _, _ := unstructured.NestedString(obj.Object, "involvedObject", "kind")
-	return obj.GetKind() == "Event" && kind == "VirtualMachineInstanceReplicaSet"
+	return obj.GetKind() == "Event" && (kind == "VirtualMachineInstanceReplicaSet" || kind == "VirtualMachinePool")
 }
 
 // plainText replaces the names known so far within s, before the

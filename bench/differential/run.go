@@ -120,6 +120,7 @@ var groupOf = map[string]string{
 	"VirtualMachine":                   virtv1.SchemeGroupVersion.Group,
 	"VirtualMachineInstanceMigration":  virtv1.SchemeGroupVersion.Group,
 	"VirtualMachineInstanceReplicaSet": virtv1.SchemeGroupVersion.Group,
+	"VirtualMachinePool":               "pool.kubevirt.io",
 	"KubeVirt":                         virtv1.SchemeGroupVersion.Group,
 	"DataVolume":                       "cdi.kubevirt.io",
 	"PodDisruptionBudget":              "policy",
