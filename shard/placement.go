@@ -128,3 +128,20 @@ func Adopt(orphan metav1.Object, ref metav1.OwnerReference, rng int) []byte {
 	}
 	return patch
 }
+
+// Claim is the rule of placement for a child its owner made without a
+// range label (KubeVirt's own virt-controller made it, before virtshard
+// took over): it moves to the owner's range, as StampRange would have put
+// it, by a merge patch that holds for the child's uid and resourceVersion
+// only.
+func Claim(child metav1.Object, rng int) []byte {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":             child.GetUID(),
+		"resourceVersion": child.GetResourceVersion(),
+		"labels":          map[string]string{LabelRange: strconv.Itoa(rng)},
+	}})
+	if err != nil {
+		panic(err) // plain strings: it cannot fail
+	}
+	return patch
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -102,5 +104,29 @@ func TestAdoptMovesTheOrphanToItsOwnersRangeAtTheVersionRead(t *testing.T) {
 	}
 	if m.Labels[LabelRange] != "9" || m.Labels["app"] != "x" {
 		t.Errorf("labels %v, want the owner's range 9 beside app=x", m.Labels)
+	}
+}
+
+// A claimed child keeps its labels and owners and gains its owner's range,
+// only at the version read.
+func TestClaimPutsAnUnlabelledChildOnItsOwnersRangeAtTheVersionRead(t *testing.T) {
+	owner := metav1.OwnerReference{APIVersion: "pool.kubevirt.io/v1beta1", Kind: "VirtualMachinePool", Name: "p", UID: "p-uid", Controller: ptr.To(true)}
+	child := &metav1.ObjectMeta{Name: "p-0", UID: "c-uid", ResourceVersion: "7", Labels: map[string]string{"app": "p"}, OwnerReferences: []metav1.OwnerReference{owner}}
+	current, err := json.Marshal(map[string]any{"metadata": child})
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := jsonpatch.MergePatch(current, Claim(child, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Metadata metav1.ObjectMeta }
+	if err := json.Unmarshal(merged, &got); err != nil {
+		t.Fatal(err)
+	}
+	m := got.Metadata
+	if m.Labels["app"] != "p" || m.Labels[LabelRange] != "4" || len(m.OwnerReferences) != 1 || m.OwnerReferences[0].UID != "p-uid" ||
+		m.UID != "c-uid" || m.ResourceVersion != "7" {
+		t.Errorf("claimed %+v: want its labels and owner kept, range 4, at uid c-uid and resourceVersion 7", m)
 	}
 }

@@ -16,7 +16,12 @@ var Known = []Difference{
 	},
 	{
 		Kind: "ControllerRevision", Path: "metadata.labels[virtshard.io/range]", Outcomes: []Outcome{Extra},
-		Reason: "a VM's start revision carries its VM's range, so that the VM's replica caches it (docs/sharding.md)",
+		Reason: "a VM's start revision carries its VM's range, and a pool's revision its pool's, so that the owner's " +
+			"replica caches it (docs/sharding.md)",
+	},
+	{
+		Kind: "VirtualMachine", Path: "metadata.labels[virtshard.io/range]", Outcomes: []Outcome{Extra},
+		Reason: "a pool's VM carries its pool's range, so that the replica holding the pool holds its VMs (docs/sharding.md)",
 	},
 	{
 		Kind: "Pod", Path: "metadata.generateName", Outcomes: []Outcome{Missing},

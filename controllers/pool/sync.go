@@ -218,8 +218,17 @@ func (c *Controller) scaleOut(ctx context.Context, it sharded.Item, r *caches.Ra
 	c.expectations.ExpectCreations(it.Range, it.Key, n)
 	return parallel(n, func(i int) error {
 		v := newVM(pool, indexes[i], revision, it.Range)
+		vms := c.env.KubeVirt.VirtualMachines(v.Namespace)
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-			_, err := c.env.KubeVirt.VirtualMachines(v.Namespace).Create(ctx, v, metav1.CreateOptions{})
+			_, err := vms.Create(ctx, v, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return claim(ctx, pool, it.Range, err, func(ctx context.Context) (metav1.Object, error) {
+					return vms.Get(ctx, v.Name, metav1.GetOptions{})
+				}, func(ctx context.Context, body []byte) error {
+					_, err := vms.Patch(ctx, v.Name, types.MergePatchType, body, metav1.PatchOptions{})
+					return err
+				})
+			}
 			return err
 		})
 		if err != nil {
@@ -291,18 +300,47 @@ func (c *Controller) ensureRevision(ctx context.Context, it sharded.Item, r *cac
 	}
 	shard.StampRange(cr, it.Range)
 	var created *appsv1.ControllerRevision
+	crs := c.env.Kube.AppsV1().ControllerRevisions(pool.Namespace)
 	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		created, err = c.env.Kube.AppsV1().ControllerRevisions(pool.Namespace).Create(ctx, cr, metav1.CreateOptions{})
+		created, err = crs.Create(ctx, cr, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			created = nil // the client's empty answer
+			return claim(ctx, pool, it.Range, err, func(ctx context.Context) (metav1.Object, error) {
+				return crs.Get(ctx, name, metav1.GetOptions{})
+			}, func(ctx context.Context, body []byte) error {
+				_, err := crs.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+				return err
+			})
+		}
 		return err
 	})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-	case err != nil:
+	if err != nil {
 		return "", fmt.Errorf("create revision %s: %w", name, err)
-	default:
+	}
+	if created != nil {
 		kinds.Revisions.In(r).Wrote(created)
 	}
 	return name, nil
+}
+
+// claim answers a create of the pool's child refused as AlreadyExists:
+// the child the pool controls is the pool's (a create of this replica's,
+// its answer lost, or the cache behind), and one KubeVirt's own
+// virt-controller made before virtshard took over, without a range label,
+// joins the pool's range (shard.Claim); anything else keeps the refusal.
+func claim(ctx context.Context, pool *poolv1.VirtualMachinePool, rng int, exists error,
+	get func(context.Context) (metav1.Object, error), patch func(context.Context, []byte) error) error {
+	child, err := get(ctx)
+	if err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(child, pool) {
+		return exists
+	}
+	if _, labelled := child.GetLabels()[shard.LabelRange]; labelled {
+		return nil
+	}
+	return patch(ctx, shard.Claim(child, rng))
 }
 
 // scaleInPolicy is the proactive scale-in's selection policy, if any.

@@ -394,3 +394,33 @@ func TestAProactiveScaleInFollowsItsPolicy(t *testing.T) {
 		t.Errorf("VM writes %q, want the two lowest deleted", w)
 	}
 }
+
+// A VM of the pool KubeVirt's own virt-controller made (no range label,
+// so on its own key's range, not the pool's) answers the pool's create
+// AlreadyExists; the pool claims it onto its range instead of failing.
+func TestAPoolClaimsItsVMMadeWithoutARange(t *testing.T) {
+	p := newPool(1)
+	ranges := shardedtest.Ranges(t)
+	made := poolVM(t, p, 0, true)
+	delete(made.Labels, shard.LabelRange)
+	for i := 0; ranges.Of(made) == ranges.Of(p); i++ {
+		made.UID = types.UID(fmt.Sprintf("kubevirt-made-%d", i))
+	}
+	f := start(t, p, made, revision(t, p, 2, p.Spec))
+	if err := f.sync(p); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	for _, a := range f.KubeVirt.Actions() {
+		if pa, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "virtualmachines" && pa.GetName() == "p-0" {
+			body = string(pa.GetPatch())
+		}
+	}
+	want := fmt.Sprintf(`"%s":"%d"`, shard.LabelRange, ranges.Of(p))
+	if !strings.Contains(body, want) || !strings.Contains(body, string(made.UID)) {
+		t.Errorf("patch of p-0 %q, want the pool's range (%s) at its UID", body, want)
+	}
+	if events := f.Events(); slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, ReasonFailedCreate) }) {
+		t.Errorf("events %q: the VM is the pool's, no failure", events)
+	}
+}
