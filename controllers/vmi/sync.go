@@ -228,6 +228,11 @@ func (c *Controller) existingPod(ctx context.Context, it item, vmi *virtv1.Virtu
 // VMI moves, and the source pod, which then completes, stops being it —
 // before that, the newest pod that is not a migration target. Normally
 // there is one, by name. A temporary WaitForFirstConsumer pod never is.
+//
+// Of two pods on the node, KubeVirt takes the newer (CurrentVMIPod). A VMI
+// migrated away and back within one second has its first pod, completed,
+// and the last target pod there with creation timestamps equal to the
+// second: a pod not finished goes before a finished one, then the newer.
 func activePod(vmi *virtv1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.Pod {
 	var active *corev1.Pod
 	for _, p := range pods {
@@ -240,11 +245,23 @@ func activePod(vmi *virtv1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.P
 		if _, target := p.Labels[virtv1.MigrationJobLabel]; target && vmi.Status.NodeName == "" {
 			continue
 		}
-		if active == nil || p.CreationTimestamp.After(active.CreationTimestamp.Time) {
+		if active == nil || runsLater(p, active) {
 			active = p
 		}
 	}
 	return active
+}
+
+// runsLater: p, not a's, is the pod that runs the VMI now.
+func runsLater(p, a *corev1.Pod) bool {
+	if pf, af := podFinished(p), podFinished(a); pf != af {
+		return af
+	}
+	return p.CreationTimestamp.After(a.CreationTimestamp.Time)
+}
+
+func podFinished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
 // createPod checks that the VMI can run and creates its launcher pod, or

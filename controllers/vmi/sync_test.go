@@ -633,3 +633,26 @@ func TestSyncSendsAPodItsNodeLabelOnceWhileTheCacheLags(t *testing.T) {
 		t.Errorf("%d label patches after the pod changed, want 2", n)
 	}
 }
+
+// A VMI migrated away and back within one second has two pods on its node
+// created in the same second: the first, completed, and the last target,
+// running. The running one runs the VMI, in either order of the cache;
+// otherwise the newer pod does.
+func TestTheActivePodOfTwoOnTheNodeIsTheOneNotFinished(t *testing.T) {
+	second := metav1.NewTime(time.Now().Truncate(time.Second))
+	pod := func(name string, phase corev1.PodPhase, created metav1.Time) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: created},
+			Spec: corev1.PodSpec{NodeName: "node-a"}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	vmi := &virtv1.VirtualMachineInstance{Status: virtv1.VirtualMachineInstanceStatus{NodeName: "node-a"}}
+	first, back := pod("first", corev1.PodSucceeded, second), pod("back", corev1.PodRunning, second)
+	for _, pods := range [][]*corev1.Pod{{first, back}, {back, first}} {
+		if got := activePod(vmi, pods); got != back {
+			t.Errorf("active pod of %s and %s: %s, want the running one", pods[0].Name, pods[1].Name, got.Name)
+		}
+	}
+	older, newer := pod("older", corev1.PodFailed, second), pod("newer", corev1.PodFailed, metav1.NewTime(second.Add(time.Second)))
+	if got := activePod(vmi, []*corev1.Pod{newer, older}); got != newer {
+		t.Errorf("active pod of two finished: %s, want the newer", got.Name)
+	}
+}
