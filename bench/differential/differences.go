@@ -84,6 +84,18 @@ var Known = []Difference{
 		KubeVirt: "pkg/virt-controller/watch/pool/pool.go: execute (Selector does not match template labels)",
 	},
 	{
+		Kind: "Event", Object: "<event:VirtualMachinePool/*/SuccessfulDelete#*>", Path: "**", Outcomes: []Outcome{Missing},
+		Reason: "KubeVirt's proactive update records \"Successfully updated resource\" (reason SuccessfulDelete) for every VM " +
+			"not ready whose VMI it looks at, on every sync while the VM starts, whether it updated anything or not; " +
+			"virtshard records it only for a VMI it restarted or relabelled, or a VM it deleted",
+		KubeVirt: "pkg/virt-controller/watch/pool/pool.go: handleUnhealthyVMIs (handleResourceUpdate for proactiveUpdateTypeNone)",
+	},
+	{
+		Kind: "Event", Object: "<event:VirtualMachinePool/*/SuccessfulDelete#*>", Path: "count", Outcomes: []Outcome{Differ},
+		Reason:   "the same: KubeVirt's count adds the syncs that updated nothing, a number of its cache's timing",
+		KubeVirt: "pkg/virt-controller/watch/pool/pool.go: handleUnhealthyVMIs (handleResourceUpdate for proactiveUpdateTypeNone)",
+	},
+	{
 		Kind: "Event", Object: "<event:VirtualMachineInstance/<member-of-*-gone>/*>", Path: "involvedObject.uid", Outcomes: []Outcome{Differ},
 		Reason: "which members a replica set's scale-down removes is KubeVirt's cache order, no order at all (virtshard " +
 			"gives up the newest); the events of those gone name UIDs no capture holds, numbered as they first appear",

@@ -136,6 +136,9 @@ func Run(ctx context.Context, scenarios []*Scenario, opts Options) ([]Result, er
 	}
 	defer func() { _ = hook.stop(context.WithoutCancel(ctx)) }()
 	h.webhook = hook
+	if err := h.waitGarbageCollector(ctx); err != nil {
+		return nil, err
+	}
 
 	kv, err := h.under(ctx, KubeVirt, scenarios, h.startKubeVirt)
 	if err != nil {

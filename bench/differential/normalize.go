@@ -96,6 +96,15 @@ func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 	if n.Namespace != "" {
 		n.replace[n.Namespace] = NamespaceToken
 	}
+	// A firmware UUID the harness's webhook derived from a name (a VM's, a
+	// VMI's, a replica set's members') reads as that name: the same token
+	// in both runs, whatever order the objects that carry it sort in.
+	for _, obj := range objs {
+		name := obj.GetName()
+		for _, from := range [][2]string{{"vm", name}, {"vmi", name}, {"vmi", "member-of-" + name}} {
+			n.replace[string(derivedUUID(from[0], from[1]))] = "<firmware:" + from[0] + "/" + from[1] + ">"
+		}
+	}
 	n.numberPlaces(objs, names)
 	n.order = n.order[:0]
 	for k := range n.replace {

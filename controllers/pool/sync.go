@@ -150,6 +150,10 @@ func (c *Controller) owned(ctx context.Context, it sharded.Item, r *caches.Range
 	}
 	var out []*vm
 	for _, v := range controlled {
+		// This replica's own rewrites, which its informer may not show yet.
+		if latest, ok, _ := kinds.VMs.In(r).Latest(v.Namespace + "/" + v.Name); ok && latest.UID == v.UID {
+			v = latest
+		}
 		switch {
 		case selector.Matches(labels.Set(v.Labels)):
 			out = append(out, v)
@@ -163,7 +167,7 @@ func (c *Controller) owned(ctx context.Context, it sharded.Item, r *caches.Range
 			if err != nil {
 				return nil, err
 			}
-			if err := c.patchVM(ctx, it, v, body); err != nil {
+			if err := c.patchVM(ctx, it, v, types.MergePatchType, body); err != nil {
 				return nil, err
 			}
 		}
@@ -285,7 +289,7 @@ func withRevision(v *vm, revision string) {
 // name.
 func (c *Controller) ensureRevision(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool) (string, error) {
 	name := fmt.Sprintf("%s-%d", pool.Name, pool.Generation)
-	if _, found, err := kinds.Revisions.In(r).Get(pool.Namespace + "/" + name); err != nil || found {
+	if _, found, err := kinds.Revisions.In(r).Latest(pool.Namespace + "/" + name); err != nil || found {
 		return name, err
 	}
 	data, err := json.Marshal(pool.Spec)
@@ -359,6 +363,11 @@ func (c *Controller) deleteVMs(ctx context.Context, it sharded.Item, pool *poolv
 	for _, v := range vms {
 		if v.DeletionTimestamp == nil {
 			live = append(live, v)
+			continue
+		}
+		// Deleted before, and not let go then: it is counted until it goes.
+		if err := c.letGo(ctx, it, pool, v); err != nil {
+			return err
 		}
 	}
 	n -= len(vms) - len(live)
@@ -402,11 +411,33 @@ func (c *Controller) deleteVMs(ctx context.Context, it sharded.Item, pool *poolv
 	})
 }
 
+// dropFinalizer is the JSON patch that takes the pool's finalizer off v if
+// its finalizers are still those read, as KubeVirt's: unlike a
+// resourceVersion, the test holds across the VM's own delete. Nil when v
+// does not have it.
+func dropFinalizer(v *vm) []byte {
+	if !slices.Contains(v.Finalizers, Finalizer) {
+		return nil
+	}
+	kept := slices.DeleteFunc(slices.Clone(v.Finalizers), func(f string) bool { return f == Finalizer })
+	if kept == nil {
+		kept = []string{}
+	}
+	body, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/finalizers", "value": v.Finalizers},
+		{"op": "replace", "path": "/metadata/finalizers", "value": kept},
+	})
+	if err != nil {
+		panic(err) // strings only: it cannot fail
+	}
+	return body
+}
+
 // letGo takes the pool's finalizer off a VM leaving it. (KubeVirt first
 // takes the VM's claims and DataVolumes from it when the scale-in
 // strategy preserves state: not built here.)
 func (c *Controller) letGo(ctx context.Context, it sharded.Item, pool *poolv1.VirtualMachinePool, v *vm) error {
-	if err := c.patchVM(ctx, it, v, patch.RemoveFinalizer(v, Finalizer)); err != nil {
+	if err := c.patchVM(ctx, it, v, types.JSONPatchType, dropFinalizer(v)); err != nil {
 		c.env.Recorder.Eventf(pool, corev1.EventTypeWarning, ReasonFailedUpdate, "Error removing finalizer for VM %s/%s: %v", v.Namespace, v.Name, err)
 		return err
 	}
@@ -418,7 +449,7 @@ func (c *Controller) letGo(ctx context.Context, it sharded.Item, pool *poolv1.Vi
 func (c *Controller) release(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool, selector labels.Selector) error {
 	for _, v := range kinds.VMs.In(r).List() {
 		if v.Namespace == pool.Namespace && selector.Matches(labels.Set(v.Labels)) {
-			if err := c.patchVM(ctx, it, v, patch.RemoveFinalizer(v, Finalizer)); err != nil {
+			if err := c.patchVM(ctx, it, v, types.JSONPatchType, dropFinalizer(v)); err != nil {
 				return err
 			}
 		}
@@ -428,12 +459,12 @@ func (c *Controller) release(ctx context.Context, it sharded.Item, r *caches.Ran
 
 // patchVM sends a merge patch of a VM (none when body is nil); a VM gone
 // is no error.
-func (c *Controller) patchVM(ctx context.Context, it sharded.Item, v *vm, body []byte) error {
+func (c *Controller) patchVM(ctx context.Context, it sharded.Item, v *vm, pt types.PatchType, body []byte) error {
 	if body == nil {
 		return nil
 	}
 	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-		_, err := c.env.KubeVirt.VirtualMachines(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, metav1.PatchOptions{})
+		_, err := c.env.KubeVirt.VirtualMachines(v.Namespace).Patch(ctx, v.Name, pt, body, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -466,7 +497,7 @@ func (c *Controller) patchPool(ctx context.Context, it sharded.Item, r *caches.R
 // every sync while a VM is not ready; virtshard only when it changed.
 func (c *Controller) writeStatus(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool, vms []*vm, syncErr *syncError) error {
 	st := pool.Status.DeepCopy()
-	if selector, err := metav1.LabelSelectorAsSelector(pool.Spec.Selector); err == nil {
+	if selector, err := metav1.LabelSelectorAsSelector(pool.Spec.Selector); err == nil && (syncErr == nil || syncErr.reason != ReasonInvalidSpec) {
 		st.LabelSelector = selector.String()
 	}
 	st.Replicas, st.ReadyReplicas = int32(len(vms)), 0

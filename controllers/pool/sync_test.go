@@ -424,3 +424,29 @@ func TestAPoolClaimsItsVMMadeWithoutARange(t *testing.T) {
 		t.Errorf("events %q: the VM is the pool's, no failure", events)
 	}
 }
+
+// A VM deleted before but not let go (the finalizer's patch failed) is let
+// go on the next scale-in, by a patch that holds across its delete: its
+// finalizers tested, not its resourceVersion.
+func TestADeletedVMStillHeldIsLetGo(t *testing.T) {
+	p := newPool(1)
+	deleting := poolVM(t, p, 1, true)
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	deleting.Finalizers = []string{Finalizer, virtv1.VirtualMachineControllerFinalizer}
+	f := start(t, p, poolVM(t, p, 0, true), deleting, revision(t, p, 2, p.Spec))
+	if err := f.sync(p); err != nil {
+		t.Fatal(err)
+	}
+	if w := actions(f, "virtualmachines"); !slices.Equal(w, []string{"patch p-1"}) {
+		t.Errorf("VM writes %q, want p-1 let go only", w)
+	}
+	for _, a := range f.KubeVirt.Actions() {
+		if pa, ok := a.(k8stesting.PatchAction); ok && pa.GetName() == "p-1" {
+			want := `[{"op":"test","path":"/metadata/finalizers","value":["` + Finalizer + `","` + virtv1.VirtualMachineControllerFinalizer +
+				`"]},{"op":"replace","path":"/metadata/finalizers","value":["` + virtv1.VirtualMachineControllerFinalizer + `"]}]`
+			if pa.GetPatchType() != types.JSONPatchType || string(pa.GetPatch()) != want {
+				t.Errorf("patch %s %s, want %s", pa.GetPatchType(), pa.GetPatch(), want)
+			}
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -104,9 +105,10 @@ func (c *Controller) outdated(r *caches.Range, pool *poolv1.VirtualMachinePool, 
 	return !equality.Semantic.DeepEqual(spec.VirtualMachineTemplate, pool.Spec.VirtualMachineTemplate), nil
 }
 
-// revisionSpec is the pool spec the revision name holds, if it is cached.
+// revisionSpec is the pool spec the revision name holds, if it is cached
+// or this replica created it.
 func revisionSpec(r *caches.Range, namespace, name string) (*poolv1.VirtualMachinePoolSpec, bool, error) {
-	cr, found, err := kinds.Revisions.In(r).Get(namespace + "/" + name)
+	cr, found, err := kinds.Revisions.In(r).Latest(namespace + "/" + name)
 	if err != nil || !found {
 		return nil, false, err
 	}
@@ -132,22 +134,54 @@ func (c *Controller) rewrite(ctx context.Context, it sharded.Item, r *caches.Ran
 		if index < 0 {
 			return fmt.Errorf("VM %s/%s has no index in its name", old.Namespace, old.Name)
 		}
-		v := old.DeepCopy()
-		v.Labels = maps.Clone(pool.Spec.VirtualMachineTemplate.ObjectMeta.Labels)
-		v.Annotations = maps.Clone(pool.Spec.VirtualMachineTemplate.ObjectMeta.Annotations)
-		v.Spec = *indexedSpec(&pool.Spec, index)
-		withRevision(v, revision)
-		keepIdentity(old, v)
-		shard.StampRange(v, it.Range)
+		rewritten := func(old *vm) *vm {
+			v := old.DeepCopy()
+			v.Labels = maps.Clone(pool.Spec.VirtualMachineTemplate.ObjectMeta.Labels)
+			v.Annotations = maps.Clone(pool.Spec.VirtualMachineTemplate.ObjectMeta.Annotations)
+			v.Spec = *indexedSpec(&pool.Spec, index)
+			withRevision(v, revision)
+			keepIdentity(old, v)
+			shard.StampRange(v, it.Range)
+			return v
+		}
+		v := rewritten(old)
+		vms := c.env.KubeVirt.VirtualMachines(v.Namespace)
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-			_, err := c.env.KubeVirt.VirtualMachines(v.Namespace).Update(ctx, v, metav1.UpdateOptions{})
-			return err
+			// The VM's own controller writes it too, and the cache may be
+			// behind this pool's own rewrite: a conflict reads the VM
+			// afresh and rewrites it only if it is still outdated, where
+			// KubeVirt fails the sync.
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				updated, err := vms.Update(ctx, v, metav1.UpdateOptions{})
+				if err == nil {
+					kinds.VMs.In(r).Wrote(updated)
+				}
+				if !apierrors.IsConflict(err) {
+					return err
+				}
+				fresh, getErr := vms.Get(ctx, v.Name, metav1.GetOptions{})
+				if getErr != nil {
+					return getErr
+				}
+				if fresh.UID != old.UID {
+					return fmt.Errorf("VM %s/%s was replaced", v.Namespace, v.Name)
+				}
+				if still, checkErr := c.outdated(r, pool, fresh); checkErr != nil || !still {
+					v = nil
+					return checkErr
+				}
+				v = rewritten(fresh)
+				return err
+			})
 		})
 		if err != nil {
 			if !errors.Is(err, sharded.ErrNotHeld) {
-				c.env.Recorder.Eventf(pool, corev1.EventTypeWarning, ReasonFailedUpdate, "Error updating virtual machine %s/%s: %v", v.Namespace, v.Name, err)
+				c.env.Recorder.Eventf(pool, corev1.EventTypeWarning, ReasonFailedUpdate, "Error updating virtual machine %s/%s: %v", old.Namespace, old.Name, err)
 			}
 			return err
+		}
+		if v == nil {
+			return nil // rewritten already, by an earlier sync the cache had not caught up with
 		}
 		klog.FromContext(ctx).V(2).Info("Updated VM in pool", "pool", klog.KObj(pool), "vm", klog.KObj(v))
 		c.env.Recorder.Eventf(pool, corev1.EventTypeNormal, ReasonSuccessfulUpdate, "Updated VM %s/%s", v.Namespace, v.Name)

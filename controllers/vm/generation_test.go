@@ -2,6 +2,7 @@ package vm
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	k8stesting "k8s.io/client-go/testing"
@@ -66,5 +67,35 @@ func TestSyncPersistsTheFirmwareUUID(t *testing.T) {
 	// KubeVirt's CalculateLegacyUUID("vm").
 	if vmi.Spec.Domain.Firmware.UUID != legacyFirmwareUUID("vm") || legacyFirmwareUUID("vm") == "" {
 		t.Errorf("VMI firmware UUID %q, want %q", vmi.Spec.Domain.Firmware.UUID, legacyFirmwareUUID("vm"))
+	}
+}
+
+// A VM template without a PCI topology version (a pool rewrote it) takes
+// its running VMI's, with the frozen interface slot count; one that has a
+// version keeps it.
+func TestSyncPersistsTheVMIsPCITopologyInTheTemplate(t *testing.T) {
+	for _, have := range []string{"", virtv1.PciTopologyVersionV2} {
+		vm := newVM(virtv1.RunStrategyAlways)
+		if have != "" {
+			vm.Spec.Template.ObjectMeta.Annotations = map[string]string{virtv1.PciTopologyVersionAnnotation: have}
+		}
+		vmi := vmiOf(t, vm, shardedtest.Ranges(t).Of(vm))
+		vmi.Annotations = map[string]string{virtv1.PciTopologyVersionAnnotation: virtv1.PciTopologyVersionV3, virtv1.PciInterfaceSlotCountAnnotation: "4"}
+		f := newFixture(t, vm, vmi)
+		f.sync(t, vm)
+		var got string
+		for _, a := range f.KubeVirt.Actions() {
+			if p, ok := a.(k8stesting.PatchAction); ok && p.GetResource().Resource == "virtualmachines" && strings.Contains(string(p.GetPatch()), "pci") {
+				got = string(p.GetPatch())
+			}
+		}
+		want := `{"metadata":{"resourceVersion":"5"},"spec":{"template":{"metadata":{"annotations":{"` + virtv1.PciInterfaceSlotCountAnnotation +
+			`":"4","` + virtv1.PciTopologyVersionAnnotation + `":"v3"}}}}}`
+		if have != "" {
+			want = ""
+		}
+		if got != want {
+			t.Errorf("template with version %q: VM patch %s, want %s", have, got, want)
+		}
 	}
 }

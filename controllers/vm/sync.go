@@ -161,7 +161,8 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 
 // follow judges whether the VM needs a restart, and brings what follows
 // the VM while its VMI runs up to date: the persisted firmware UUID, the
-// VMI's followed annotations and its live fields. Like KubeVirt, it waits
+// VMI's followed annotations, the PCI topology the VMI started with and
+// its live fields. Like KubeVirt, it waits
 // for a VMI the sync created or deleted to be seen first. A step that
 // fails sets *syncErr and says when to look again.
 func (c *Controller) follow(ctx context.Context, it item, r *caches.Range, o *observed, syncErr **syncError) (time.Duration, error) {
@@ -177,6 +178,7 @@ func (c *Controller) follow(ctx context.Context, it item, r *caches.Range, o *ob
 	steps := []func() error{
 		func() error { return c.persistFirmwareUUID(ctx, it, o) },
 		func() error { return c.syncMetadata(ctx, it, o) },
+		func() error { return c.persistPCITopology(ctx, it, o) },
 		func() error {
 			if !c.liveChangesApply(o) {
 				return nil
