@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"strconv"
+
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -67,9 +69,9 @@ func newController(env *sharded.Env, rt *sharded.Runtime) *Controller {
 
 // declare: a pool queues itself; its VMs queue it and feed the
 // expectations (a VM marked for deletion counts as deleted, as in
-// KubeVirt); so do its revisions as they come and change, and the VMIs of
-// its VMs that started from another revision than their VM's template.
-// A handoff forgets the range's expectations.
+// KubeVirt); its revisions queue it as they come and change, and so do the
+// VMIs of its VMs that started from another revision than their VM's
+// template. A handoff forgets the range's expectations.
 func (c *Controller) declare() *sharded.Controller {
 	return &sharded.Controller{
 		Watches: []sharded.Watch{
@@ -107,11 +109,12 @@ func (c *Controller) outdatedVMI(vmi *virtv1.VirtualMachineInstance) []sharded.I
 	if ref == nil || ref.Kind != virtv1.VirtualMachineGroupVersionKind.Kind {
 		return nil
 	}
-	key := vmi.Namespace + "/" + ref.Name
-	rng, ok := kinds.VMs.Locate(c.env.Caches, key)
-	if !ok {
+	// A VM's VMI carries its VM's range label, and a pool's VM its pool's.
+	rng, err := strconv.Atoi(vmi.Labels[shard.LabelRange])
+	if err != nil {
 		return nil
 	}
+	key := vmi.Namespace + "/" + ref.Name
 	r := c.env.Caches.Get(rng)
 	if r == nil {
 		return nil
