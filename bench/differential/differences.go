@@ -98,6 +98,13 @@ var Known = []Difference{
 		KubeVirt: "pkg/virt-controller/watch/pool/pool.go: handleUnhealthyVMIs (handleResourceUpdate for proactiveUpdateTypeNone)",
 	},
 	{
+		Kind: "Event", Object: "<event:VirtualMachinePool/*/FailedUpdate#*>", Path: "**", Outcomes: []Outcome{Missing},
+		Reason: "letting a deleted VM go races the VM controller taking its own finalizer off: the patch's test of the " +
+			"finalizers read fails. KubeVirt posts \"Error removing finalizer\" and tries on its next sync; virtshard " +
+			"reads the VM again and sends the patch again at once, and posts the event only if that fails too",
+		KubeVirt: "pkg/virt-controller/watch/pool/pool.go: statePreservationCleanupforVM (removeFinalizer)",
+	},
+	{
 		Kind: "Event", Object: "<event:VirtualMachinePool/*/SuccessfulDelete#*>", Path: "count", Outcomes: []Outcome{Differ},
 		Reason:   "the same: KubeVirt's count adds the syncs that updated nothing, a number of its cache's timing",
 		KubeVirt: "pkg/virt-controller/watch/pool/pool.go: handleUnhealthyVMIs (handleResourceUpdate for proactiveUpdateTypeNone)",

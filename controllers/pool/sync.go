@@ -437,7 +437,7 @@ func dropFinalizer(v *vm) []byte {
 // takes the VM's claims and DataVolumes from it when the scale-in
 // strategy preserves state: not built here.)
 func (c *Controller) letGo(ctx context.Context, it sharded.Item, pool *poolv1.VirtualMachinePool, v *vm) error {
-	if err := c.patchVM(ctx, it, v, types.JSONPatchType, dropFinalizer(v)); err != nil {
+	if err := c.unhold(ctx, it, v); err != nil {
 		c.env.Recorder.Eventf(pool, corev1.EventTypeWarning, ReasonFailedUpdate, "Error removing finalizer for VM %s/%s: %v", v.Namespace, v.Name, err)
 		return err
 	}
@@ -449,12 +449,35 @@ func (c *Controller) letGo(ctx context.Context, it sharded.Item, pool *poolv1.Vi
 func (c *Controller) release(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool, selector labels.Selector) error {
 	for _, v := range kinds.VMs.In(r).List() {
 		if v.Namespace == pool.Namespace && selector.Matches(labels.Set(v.Labels)) {
-			if err := c.patchVM(ctx, it, v, types.JSONPatchType, dropFinalizer(v)); err != nil {
+			if err := c.unhold(ctx, it, v); err != nil {
 				return err
 			}
 		}
 	}
 	return c.patchPool(ctx, it, nil, pool, patch.RemoveFinalizer(pool, Finalizer))
+}
+
+// unhold takes the pool's finalizer off v. The VM controller takes its
+// own finalizer off a deleted VM at any moment, failing the patch's test
+// of the finalizers read: then the VM is read again and the patch sent
+// again, a bounded number of times. (KubeVirt posts the failure as an
+// event and tries on the next sync; its slower VM controller rarely races.)
+func (c *Controller) unhold(ctx context.Context, it sharded.Item, v *vm) error {
+	const attempts = 3
+	for i := 1; ; i++ {
+		err := c.patchVM(ctx, it, v, types.JSONPatchType, dropFinalizer(v))
+		if err == nil || !apierrors.IsInvalid(err) || i == attempts {
+			return err
+		}
+		fresh, err := c.env.KubeVirt.VirtualMachines(v.Namespace).Get(ctx, v.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && fresh.UID != v.UID) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("get VM %s/%s: %w", v.Namespace, v.Name, err)
+		}
+		v = fresh
+	}
 }
 
 // patchVM sends a merge patch of a VM (none when body is nil); a VM gone

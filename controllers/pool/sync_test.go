@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -448,5 +449,53 @@ func TestADeletedVMStillHeldIsLetGo(t *testing.T) {
 				t.Errorf("patch %s %s, want %s", pa.GetPatchType(), pa.GetPatch(), want)
 			}
 		}
+	}
+}
+
+// The VM controller takes its own finalizer off a deleted VM while the
+// pool lets it go: the patch's test fails, and the pool reads the VM again
+// and lets it go without a warning.
+func TestAVMsFinalizersChangingUnderTheLetGoAreReadAgain(t *testing.T) {
+	p := newPool(1)
+	deleting := poolVM(t, p, 1, true)
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	deleting.Finalizers = []string{Finalizer, virtv1.VirtualMachineControllerFinalizer}
+	f := start(t, p, poolVM(t, p, 0, true), deleting, revision(t, p, 2, p.Spec))
+	raced := false
+	f.KubeVirt.PrependReactor("patch", "virtualmachines", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if raced {
+			return false, nil, nil
+		}
+		raced = true
+		gvr := a.GetResource()
+		obj, err := f.KubeVirt.Tracker().Get(gvr, "default", "p-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := obj.(*virtv1.VirtualMachine)
+		v.Finalizers = []string{Finalizer}
+		if err := f.KubeVirt.Tracker().Update(gvr, v, "default"); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil, apierrors.NewGenericServerResponse(422, "patch", gvr.GroupResource(), "p-1", "the test operation failed", 0, false)
+	})
+	if err := f.sync(p); err != nil {
+		t.Fatal(err)
+	}
+	var patches []string
+	for _, a := range f.KubeVirt.Actions() {
+		if pa, ok := a.(k8stesting.PatchAction); ok && pa.GetName() == "p-1" {
+			patches = append(patches, string(pa.GetPatch()))
+		}
+	}
+	want := `[{"op":"test","path":"/metadata/finalizers","value":["` + Finalizer + `"]},{"op":"replace","path":"/metadata/finalizers","value":[]}]`
+	if len(patches) != 2 || patches[1] != want {
+		t.Errorf("patches of p-1 %q, want the second %s", patches, want)
+	}
+	if e := f.Events(); len(e) != 0 {
+		t.Errorf("events %q, want none", e)
+	}
+	if v, err := f.KubeVirt.VirtualMachines("default").Get(context.Background(), "p-1", metav1.GetOptions{}); err != nil || len(v.Finalizers) != 0 {
+		t.Errorf("p-1 finalizers %v (%v), want none", v.Finalizers, err)
 	}
 }
