@@ -24,19 +24,6 @@ var Known = []Difference{
 		Reason: "a pool's VM carries its pool's range, so that the replica holding the pool holds its VMs (docs/sharding.md)",
 	},
 	{
-		Kind: "Pod", Path: "metadata.generateName", Outcomes: []Outcome{Missing},
-		Reason: "a launcher pod's name is derived from its VMI, not generated: the API server then refuses a second " +
-			"launcher pod for one VMI, even from two replicas that both think they hold its range (docs/architecture.md)",
-		KubeVirt: "pkg/virt-controller/services/template.go: RenderLaunchManifest (GenerateName)",
-	},
-	{
-		Kind: "VirtualMachineInstance", Path: "metadata.generateName", Outcomes: []Outcome{Missing},
-		Reason: "a replica set member's name is derived from the set and its lowest free slot, not generated: a create " +
-			"sent late by a replica that lost the range and the next holder's create of that member have one name, " +
-			"and the API server takes only the first (docs/controller.md)",
-		KubeVirt: "pkg/virt-controller/watch/replicaset/replicaset.go: scale (GenerateName)",
-	},
-	{
 		Kind: "Event", Path: "count", Outcomes: []Outcome{Differ},
 		Reason: "an event a controller records on every sync of its object (migrationTargetPodUnschedulable, a " +
 			"canceled migration's FailedMigration) is counted as often as it synced; KubeVirt syncs again after " +

@@ -295,9 +295,10 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 		}
 		m := &virtv1.VirtualMachineInstanceMigration{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:        evacuationName(vmi, node.Name, names),
-				Namespace:   vmi.Namespace,
-				Annotations: map[string]string{virtv1.EvacuationMigrationAnnotation: node.Name},
+				Name:         evacuationName(vmi, node.Name, names),
+				GenerateName: evacuationPrefix, // KubeVirt's, kept as a record beside the derived name
+				Namespace:    vmi.Namespace,
+				Annotations:  map[string]string{virtv1.EvacuationMigrationAnnotation: node.Name},
 			},
 			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
 		}
@@ -318,6 +319,9 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 	return nil
 }
 
+// evacuationPrefix is KubeVirt's GenerateName of evacuation migrations.
+const evacuationPrefix = "kubevirt-evacuation-"
+
 // evacuationName is the name of the next evacuation migration of vmi off
 // node: KubeVirt's GenerateName prefix, kubevirt-evacuation-, and a suffix
 // derived from the VMI, the node and the first attempt whose name none of
@@ -325,7 +329,7 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 // same migrations pick one name (sharded.ChildName).
 func evacuationName(vmi *virtv1.VirtualMachineInstance, node string, taken map[string]bool) string {
 	for attempt := 0; ; attempt++ {
-		if name := sharded.ChildName("kubevirt-evacuation-", string(vmi.UID), node, strconv.Itoa(attempt)); !taken[name] {
+		if name := sharded.ChildName(evacuationPrefix, string(vmi.UID), node, strconv.Itoa(attempt)); !taken[name] {
 			return name
 		}
 	}

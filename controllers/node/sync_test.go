@@ -143,8 +143,8 @@ func TestSyncEvacuatesADrainedNode(t *testing.T) {
 	if m.Spec.VMIName != "a" || m.Annotations[virtv1.EvacuationMigrationAnnotation] != "node-1" {
 		t.Errorf("migration %+v: want VMI a evacuated off node-1", m)
 	}
-	if m.GenerateName != "" || m.Name != evacuationName(vmi, "node-1", nil) {
-		t.Errorf("migration named %q (generateName %q), want the name derived from the VMI and node", m.Name, m.GenerateName)
+	if m.GenerateName != "kubevirt-evacuation-" || m.Name != evacuationName(vmi, "node-1", nil) {
+		t.Errorf("migration named %q (generateName %q), want the name derived from the VMI and node, KubeVirt's generateName beside it", m.Name, m.GenerateName)
 	}
 }
 

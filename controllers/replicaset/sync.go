@@ -390,15 +390,13 @@ func (c *Controller) existingMember(ctx context.Context, rs *virtv1.VirtualMachi
 
 // memberNames are the names of the set's next n members: those of its
 // slots 0, 1, … that no VMI of the range's cache holds (a member being
-// deleted keeps its slot until it is gone), each the template's name, else
-// its generateName, else the set's, with five characters derived from the
-// set's UID and the slot (sharded.ChildName), the shape of the names the
+// deleted keeps its slot until it is gone), each the members' prefix
+// (memberPrefix) with five characters derived from the set's UID and the slot (sharded.ChildName), the shape of the names the
 // API server generates for KubeVirt's. A create sent by a replica that lost
 // the range and the next holder's create of the same member then have one
 // name, and the server takes only the first.
 func memberNames(r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, n int) []string {
-	t := rs.Spec.Template.ObjectMeta
-	prefix := cmp.Or(t.Name, t.GenerateName, rs.Name)
+	prefix := memberPrefix(rs)
 	var names []string
 	for slot := 0; len(names) < n; slot++ {
 		name := sharded.ChildName(prefix, string(rs.UID), strconv.Itoa(slot))
@@ -409,13 +407,20 @@ func memberNames(r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, n
 	return names
 }
 
+// memberPrefix is the GenerateName KubeVirt gives the set's members: the
+// template's name, else its GenerateName, else the set's name.
+func memberPrefix(rs *virtv1.VirtualMachineInstanceReplicaSet) string {
+	t := rs.Spec.Template.ObjectMeta
+	return cmp.Or(t.Name, t.GenerateName, rs.Name)
+}
+
 // newMember is a member as KubeVirt makes one: the template's metadata and
 // spec, the template's labels, the set as controller; here with its derived
 // name (memberNames) and the set's range label.
 func newMember(rs *virtv1.VirtualMachineInstanceReplicaSet, name string, rng int) *vmi {
 	t := rs.Spec.Template.DeepCopy()
 	v := &vmi{ObjectMeta: t.ObjectMeta, Spec: t.Spec}
-	v.Name, v.GenerateName = name, ""
+	v.Name, v.GenerateName = name, memberPrefix(rs) // KubeVirt's GenerateName, kept as a record beside the derived name
 	v.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind)}
 	shard.StampRange(v, rng)
 	return v

@@ -135,9 +135,9 @@ func TestSyncCreatesTheMissingMembersFromTheTemplate(t *testing.T) {
 		t.Fatalf("created %d VMIs, want 3: %q", len(created), f.KubeVirtWrites())
 	}
 	v := created[0]
-	if v.GenerateName != "" || v.Labels["app"] != "web" || v.Annotations["note"] != "kept" ||
+	if v.GenerateName != "web" || v.Labels["app"] != "web" || v.Annotations["note"] != "kept" ||
 		v.Labels[shard.LabelRange] != fmt.Sprint(f.Ranges.Of(rs)) || !metav1.IsControlledBy(v, rs) {
-		t.Errorf("member %+v: want the template's metadata, no generateName, the set's range and controller", v.ObjectMeta)
+		t.Errorf("member %+v: want the template's metadata, KubeVirt's generateName, the set's range and controller", v.ObjectMeta)
 	}
 	var names []string
 	for _, c := range created {

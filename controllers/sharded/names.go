@@ -7,15 +7,18 @@ import (
 
 // The runtime's contract on what a controller creates: every object has a
 // name that follows from what it is for (its owner, and what the owner
-// asked), never a GenerateName. The fence stops a write from leaving after
+// asked), never one the API server generates. The fence stops a write from leaving after
 // the replica's claim could have lapsed, but not one already on the wire:
 // a create sent by a replica that just lost the range can reach the server
 // after the range's next holder decided the same. With one name for both,
 // the server takes the first and answers the second AlreadyExists, so a
 // handoff cannot make a second child. KubeVirt names launcher pods,
 // migration target pods and evacuation migrations with GenerateName; where
-// it does, virtshard keeps its prefix and derives the suffix (ChildName).
-// A test of this package fails on any GenerateName set in controllers/.
+// it does, virtshard keeps its prefix and derives the suffix (ChildName),
+// and keeps KubeVirt's GenerateName beside the Name, as a record: the
+// server ignores a GenerateName when a Name is given. A test of this
+// package fails on a GenerateName set in controllers/ other than beside a
+// Name in the same literal or assignment.
 
 // suffixAlphabet is the alphabet of the API server's generated names
 // (k8s.io/apimachinery/pkg/util/rand), without vowels or confusable

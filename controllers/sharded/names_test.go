@@ -24,10 +24,11 @@ func TestChildNameIsTheSameForTheSamePartsAndLooksGenerated(t *testing.T) {
 	}
 }
 
-// No controller creates with GenerateName (the contract in names.go): this
-// walks every non-test Go file under controllers/ and fails on a
-// GenerateName set to anything but "".
-func TestNoControllerCreatesWithGenerateName(t *testing.T) {
+// No controller creates with a generated name (the contract in names.go):
+// this walks every non-test Go file under controllers/ and fails on a
+// GenerateName set to anything but "" other than beside a Name set in the
+// same composite literal or assignment.
+func TestNoControllerCreatesWithAGeneratedName(t *testing.T) {
 	root := ".."
 	fset := token.NewFileSet()
 	checked := 0
@@ -40,25 +41,9 @@ func TestNoControllerCreatesWithGenerateName(t *testing.T) {
 			return err
 		}
 		checked++
-		ast.Inspect(file, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.KeyValueExpr: // a GenerateName key in an ObjectMeta literal
-				if id, ok := n.Key.(*ast.Ident); ok && id.Name == "GenerateName" && !emptyString(n.Value) {
-					t.Errorf("%s: a GenerateName is set; derive the name (sharded.ChildName)", fset.Position(n.Pos()))
-				}
-			case *ast.AssignStmt: // obj.GenerateName = ...
-				for k, lhs := range n.Lhs {
-					if sel, ok := lhs.(*ast.SelectorExpr); ok && sel.Sel.Name == "GenerateName" && (k >= len(n.Rhs) || !emptyString(n.Rhs[k])) {
-						t.Errorf("%s: a GenerateName is set; derive the name (sharded.ChildName)", fset.Position(n.Pos()))
-					}
-				}
-			case *ast.CallExpr: // obj.SetGenerateName(...)
-				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "SetGenerateName" && (len(n.Args) != 1 || !emptyString(n.Args[0])) {
-					t.Errorf("%s: a GenerateName is set; derive the name (sharded.ChildName)", fset.Position(n.Pos()))
-				}
-			}
-			return true
-		})
+		for _, pos := range generatedNames(file) {
+			t.Errorf("%s: a GenerateName is set without a Name beside it; derive the name (sharded.ChildName)", fset.Position(pos))
+		}
 		return nil
 	})
 	if err != nil {
@@ -67,6 +52,70 @@ func TestNoControllerCreatesWithGenerateName(t *testing.T) {
 	if checked < 50 {
 		t.Fatalf("checked %d files under %s: not the controllers' tree", checked, root)
 	}
+}
+
+func TestAGenerateNameIsFoundUnlessANameIsBesideIt(t *testing.T) {
+	for src, want := range map[string]int{
+		`m := metav1.ObjectMeta{GenerateName: "a-"}`:              1,
+		`m := metav1.ObjectMeta{Name: "a-x", GenerateName: "a-"}`: 0,
+		`m := metav1.ObjectMeta{Name: "", GenerateName: "a-"}`:    1,
+		`m := metav1.ObjectMeta{GenerateName: ""}`:                0,
+		`m.GenerateName = "a-"`:                                   1,
+		`m.Name, m.GenerateName = name, "a-"`:                     0,
+		`m.Name, m.GenerateName = "", "a-"`:                       1,
+		`m.GenerateName = ""`:                                     0,
+		`m.SetGenerateName("a-")`:                                 1,
+	} {
+		file, err := parser.ParseFile(token.NewFileSet(), "x.go", "package x\nfunc f() {\n"+src+"\n}", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(generatedNames(file)); got != want {
+			t.Errorf("%s: %d found, want %d", src, got, want)
+		}
+	}
+}
+
+// generatedNames are the places in file that set a GenerateName with no
+// Name set beside it.
+func generatedNames(file *ast.File) []token.Pos {
+	var out []token.Pos
+	ast.Inspect(file, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CompositeLit: // an ObjectMeta literal
+			set := map[string]bool{}
+			var at token.Pos
+			for _, e := range n.Elts {
+				if kv, ok := e.(*ast.KeyValueExpr); ok {
+					if id, ok := kv.Key.(*ast.Ident); ok && !emptyString(kv.Value) {
+						set[id.Name] = true
+						if id.Name == "GenerateName" {
+							at = kv.Pos()
+						}
+					}
+				}
+			}
+			if set["GenerateName"] && !set["Name"] {
+				out = append(out, at)
+			}
+		case *ast.AssignStmt: // obj.Name, obj.GenerateName = ...
+			set := map[string]bool{}
+			for k, lhs := range n.Lhs {
+				if sel, ok := lhs.(*ast.SelectorExpr); ok && (k >= len(n.Rhs) || !emptyString(n.Rhs[k])) {
+					set[sel.Sel.Name] = true
+				}
+			}
+			if set["GenerateName"] && !set["Name"] {
+				out = append(out, n.Pos())
+			}
+		case *ast.CallExpr: // obj.SetGenerateName(...)
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "SetGenerateName" && (len(n.Args) != 1 || !emptyString(n.Args[0])) {
+				out = append(out, n.Pos())
+			}
+		}
+		return true
+	})
+	return out
 }
 
 func emptyString(e ast.Expr) bool {

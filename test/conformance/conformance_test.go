@@ -248,12 +248,11 @@ func (c renderedCase) compare() []field {
 }
 
 // normalize takes the deliberate differences (docs/controller.md) out of
-// virtshard's pod: the deterministic name instead of generateName, the
-// namespace (KubeVirt's pod gets it at create), the range label, and the
+// virtshard's pod: the deterministic name (its generateName is
+// KubeVirt's, and compared), the namespace (KubeVirt's pod gets it at create), the range label, and the
 // QEMU timeout's jitter, which must lie where KubeVirt's random one does.
 func (c renderedCase) normalize(pod *corev1.Pod) *corev1.Pod {
 	pod = pod.DeepCopy()
-	pod.GenerateName = c.want.GenerateName
 	pod.Name = c.want.Name
 	pod.Namespace = c.want.Namespace
 	delete(pod.Labels, shard.LabelRange)
