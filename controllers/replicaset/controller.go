@@ -56,9 +56,11 @@ type Controller struct {
 	env          *sharded.Env
 	rt           *sharded.Runtime
 	expectations *expectations.Expectations
-	// adopting holds the UIDs of orphans being adopted: an adopted VMI
-	// arrives in the range's cache as an addition, which is no creation
-	// of ours to observe.
+	// adopting holds the UIDs of orphans being adopted. An adoption is
+	// expected as a creation is: the adopted VMI arrives in the range's
+	// cache as an addition (or, from the set's own range, an update), and
+	// until it does the set does not count its members again, or it would
+	// not see the VMI it just adopted and create one too many.
 	adopting sync.Map
 }
 
@@ -78,6 +80,7 @@ func (c *Controller) declare() *sharded.Controller {
 				Added: func(rng int, key string, vmi *virtv1.VirtualMachineInstance) {
 					switch _, adopted := c.adopting.LoadAndDelete(vmi.UID); {
 					case adopted:
+						c.expectations.CreationObserved(rng, key)
 					case vmi.DeletionTimestamp != nil:
 						c.expectations.DeletionObserved(rng, key, vmi.UID)
 					default:
@@ -85,6 +88,9 @@ func (c *Controller) declare() *sharded.Controller {
 					}
 				},
 				Updated: func(rng int, key string, old, cur *virtv1.VirtualMachineInstance) {
+					if _, adopted := c.adopting.LoadAndDelete(cur.UID); adopted {
+						c.expectations.CreationObserved(rng, key)
+					}
 					if old.DeletionTimestamp == nil && cur.DeletionTimestamp != nil {
 						c.expectations.DeletionObserved(rng, key, cur.UID)
 					}

@@ -177,17 +177,21 @@ func (c *Controller) claim(ctx context.Context, it sharded.Item, r *caches.Range
 	for _, orphan := range orphans {
 		var adopted *vmi
 		c.adopting.Store(orphan.UID, true)
+		c.expectations.ExpectCreations(it.Range, it.Key, 1)
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
 			adopted, err = c.env.KubeVirt.VirtualMachineInstances(orphan.Namespace).Patch(ctx, orphan.Name, types.MergePatchType,
 				shard.Adopt(orphan, *ref, it.Range), metav1.PatchOptions{})
 			return err
 		})
+		if err != nil {
+			if _, unseen := c.adopting.LoadAndDelete(orphan.UID); unseen {
+				c.expectations.CreationObserved(it.Range, it.Key)
+			}
+		}
 		switch {
 		case apierrors.IsNotFound(err):
-			c.adopting.Delete(orphan.UID)
 			continue
 		case err != nil:
-			c.adopting.Delete(orphan.UID)
 			return nil, fmt.Errorf("adopt VMI %s/%s: %w", orphan.Namespace, orphan.Name, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Adopted orphan VMI", "replicaset", klog.KObj(rs), "vmi", klog.KObj(adopted))

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -251,6 +252,47 @@ func TestSyncAdoptsMatchingOrphansAndReleasesMembersThatNoLongerMatch(t *testing
 	}
 	if st := statusOf(t, f); st.Replicas != 2 {
 		t.Errorf("status replicas %d, want 2", st.Replicas)
+	}
+}
+
+// The VMI a set adopted reaches its range's cache later than the patch's
+// answer: until it does, the set does not count its members again, or it
+// would find neither the member nor the orphan and create one too many.
+func TestAnAdoptionIsExpectedUntilTheCacheHoldsIt(t *testing.T) {
+	rs := newRS(1)
+	orphan := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "orphan", UID: "uid-orphan",
+		ResourceVersion: "5", Labels: map[string]string{"app": "web"}}}
+	f := start(t, rs, func(shard.Ranges) []runtime.Object { return []runtime.Object{orphan} })
+	adopted := orphan.DeepCopy()
+	adopted.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind)}
+	shard.StampRange(adopted, f.Ranges.Of(rs))
+	// The server's answer, held back from the watch.
+	f.KubeVirt.PrependReactor("patch", "virtualmachineinstances", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, adopted.DeepCopy(), nil
+	})
+	if err := f.sync(rs); err != nil {
+		t.Fatal(err)
+	}
+	rng, key := f.Ranges.Of(rs), rs.Namespace+"/"+rs.Name
+	if f.c.expectations.Satisfied(rng, key) {
+		t.Fatal("the adoption is not expected")
+	}
+	before := len(f.KubeVirt.Actions())
+	if err := f.sync(rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range f.KubeVirt.Actions()[before:] {
+		if v := a.GetVerb(); v != "get" && !(v == "update" && a.GetSubresource() == "status") {
+			t.Errorf("%s %s while the adoption was on its way, want no count", v, a.GetResource().Resource)
+		}
+	}
+	if err := f.KubeVirt.Tracker().Update(virtv1.VirtualMachineInstanceGroupVersionKind.GroupVersion().WithResource("virtualmachineinstances"), adopted, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return f.c.expectations.Satisfied(rng, key), nil
+	}); err != nil {
+		t.Errorf("the adopted VMI in the cache did not satisfy the set's expectations: %v", err)
 	}
 }
 
