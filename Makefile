@@ -224,11 +224,11 @@ KUBEVIRT_ENV := $(CRDGEN_ENV)
 # KubeVirt v1.8.1's own code: virt-api's defaults and virt-controller's
 # template service on the corpus, virt-config on the cluster-config cases.
 REFERENCE := $(ROOT)/test/conformance/reference
-GENERATED := deploy/crds bench/kubevirt/crds docs/config.md test/conformance/testdata/kubevirt controllers/clusterconfig/testdata/kubevirt-v1.8.1.json
+GENERATED := deploy/crds bench/kubevirt/crds bench/cdi/crds docs/config.md test/conformance/testdata/kubevirt controllers/clusterconfig/testdata/kubevirt-v1.8.1.json
 
 .PHONY: generate
-generate: ## Regenerate the KubeVirt CRDs (deploy/crds; the rest, for KubeVirt's virt-controller, in bench/kubevirt/crds), docs/config.md, and KubeVirt's own renderings the conformance tests hold virtshard against.
-	rm -rf deploy/crds bench/kubevirt/crds && cd $(CRDGEN) && $(CRDGEN_ENV) $(GO) run . -others $(ROOT)/bench/kubevirt/crds $(ROOT)/deploy/crds
+generate: ## Regenerate the KubeVirt CRDs (deploy/crds; the rest, for KubeVirt's virt-controller, in bench/kubevirt/crds), CDI's that KubeVirt reads (bench/cdi/crds), docs/config.md, and KubeVirt's own renderings the conformance tests hold virtshard against.
+	rm -rf deploy/crds bench/kubevirt/crds bench/cdi/crds && cd $(CRDGEN) && $(CRDGEN_ENV) $(GO) run . -others $(ROOT)/bench/kubevirt/crds -cdi $(ROOT)/bench/cdi/crds $(ROOT)/deploy/crds
 	$(GO) run ./cmd/virtshard-docs docs/config.md
 	rm -rf test/conformance/testdata/kubevirt && mkdir -p $(BIN)
 	cd $(REFERENCE) && $(CRDGEN_ENV) $(GO) run . --out ../testdata/kubevirt ../corpus/*.yaml

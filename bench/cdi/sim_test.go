@@ -1,0 +1,103 @@
+package cdi
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// The simulation on fake clients: a DataVolume gets its claim, the claim
+// its volume, and once the claim is bound (the cluster's PersistentVolume
+// controller does it; here the test) the DataVolume succeeds. CDI's
+// singletons and the class's StorageProfile are written.
+func TestADataVolumeIsImportedOnItsProvisionedVolume(t *testing.T) {
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: StorageClassImmediate},
+		Provisioner: Provisioner, VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate)}
+	kube := kubefake.NewClientset(class)
+	dv := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+		"metadata": map[string]any{"namespace": "ns", "name": "disk", "uid": "dv-uid"},
+		"spec":     map[string]any{"source": map[string]any{"blank": map[string]any{}}, "storage": map[string]any{}},
+	}}
+	listKinds := map[schema.GroupVersionResource]string{}
+	for gvr, kind := range map[schema.GroupVersionResource]string{DataVolumes: "DataVolume", DataSources: "DataSource",
+		StorageProfile: "StorageProfile", CDIConfigs: "CDIConfig", CDIs: "CDI"} {
+		listKinds[gvr] = kind + "List"
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, dv)
+	sim, err := New(Options{Kube: kube, Dynamic: dyn, TransferDuration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- sim.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+
+	var pvc *corev1.PersistentVolumeClaim
+	eventually(t, "the DataVolume's claim", func() bool {
+		pvc, err = kube.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "disk", metav1.GetOptions{})
+		return err == nil
+	})
+	if ref := metav1.GetControllerOf(pvc); ref == nil || ref.UID != "dv-uid" || ptr.Deref(pvc.Spec.StorageClassName, "") != StorageClassImmediate {
+		t.Errorf("claim owned by %+v of class %v, want the DataVolume's, of the provisioner's Immediate class", ref, pvc.Spec.StorageClassName)
+	}
+	eventually(t, "the claim's volume", func() bool {
+		pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, volumeName(pvc), metav1.GetOptions{})
+		return err == nil && pv.Spec.ClaimRef.UID == pvc.UID && pv.Annotations[annProvisionedBy] == Provisioner
+	})
+	phase := func() string {
+		got, err := dyn.Resource(DataVolumes).Namespace("ns").Get(ctx, "disk", metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		p, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+		return p
+	}
+	eventually(t, "phase Pending while the claim is", func() bool { return phase() == string(cdiv1.Pending) })
+
+	pvc.Spec.VolumeName, pvc.Status.Phase = volumeName(pvc), corev1.ClaimBound
+	if _, err := kube.CoreV1().PersistentVolumeClaims("ns").Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "phase Succeeded", func() bool { return phase() == string(cdiv1.Succeeded) })
+
+	for _, want := range []struct {
+		gvr  schema.GroupVersionResource
+		name string
+	}{{StorageProfile, StorageClassImmediate}, {CDIConfigs, "config"}, {CDIs, "cdi"}} {
+		got, err := dyn.Resource(want.gvr).Get(ctx, want.name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("%s %s: %v", want.gvr.Resource, want.name, err)
+			continue
+		}
+		if _, ok := got.Object["status"]; !ok {
+			t.Errorf("%s %s has no status", want.gvr.Resource, want.name)
+		}
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("%s: not within 30 s", what)
+	}
+}
