@@ -296,9 +296,10 @@ func (o Options) outdated() string {
 	return ""
 }
 
-// install applies the KubeVirt CRDs and the kwok Stages: kwok's default node
-// and pod Stages (copied from the pinned kwok module by `make tools`) and
-// deploy/kwok/stages, which plays a stopped kubelet.
+// install applies the KubeVirt CRDs, CDI's that KubeVirt reads with the
+// simulated CDI's StorageClasses (bench/cdi), and the kwok Stages: kwok's
+// default node and pod Stages (copied from the pinned kwok module by `make
+// tools`) and deploy/kwok/stages, which plays a stopped kubelet.
 //
 // kwok starts a Stage's controller when the Stage appears and retries a
 // failed start only on the next Stage event, and a CRD is Established before
@@ -311,13 +312,19 @@ func (o Options) install(ctx context.Context) error {
 	if err != nil || len(crdFiles) == 0 {
 		return fmt.Errorf("no CRDs in %s (run make generate): %v", crds, err)
 	}
+	cdi := filepath.Join(o.Root, "bench", "cdi")
+	cdiFiles, err := filepath.Glob(filepath.Join(cdi, "crds", "*.yaml"))
+	if err != nil || len(cdiFiles) == 0 {
+		return fmt.Errorf("no CDI CRDs in %s (run make generate): %v", filepath.Join(cdi, "crds"), err)
+	}
 	waitCRDs := []string{"wait", "--for=condition=Established", "--timeout=60s"}
-	for _, f := range crdFiles {
+	for _, f := range append(crdFiles, cdiFiles...) {
 		waitCRDs = append(waitCRDs, "-f", f)
 	}
 	steps := [][]string{
 		{"wait", "--for=condition=Established", "--timeout=60s", "crd/stages.kwok.x-k8s.io"},
 		{"apply", "--server-side", "--force-conflicts", "-k", crds},
+		{"apply", "--server-side", "--force-conflicts", "-f", filepath.Join(cdi, "crds"), "-f", filepath.Join(cdi, "storageclasses.yaml")},
 		waitCRDs,
 	}
 	for _, step := range steps {

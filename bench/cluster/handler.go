@@ -25,6 +25,10 @@ import (
 // records name it.
 const HandlerUser = "system:serviceaccount:kubevirt:kubevirt-handler"
 
+// CDIUser is the identity of the simulated CDI (bench/cdi), which runs in
+// the simulated virt-handler's process: CDI's service account.
+const CDIUser = "system:serviceaccount:cdi:cdi-sa"
+
 // handlerBinary is the simulated virt-handler's binary in bin/.
 const handlerBinary = "virtshard-handler"
 
@@ -98,12 +102,17 @@ func (o Options) ensureHandler(ctx context.Context) error {
 	if err := o.writeUserKubeconfig(kubeconfig, HandlerUser); err != nil {
 		return err
 	}
+	cdiKubeconfig := filepath.Join(o.clusterDir(), "cdi-kubeconfig.yaml")
+	if err := o.writeUserKubeconfig(cdiKubeconfig, CDIUser); err != nil {
+		return err
+	}
 	log, err := os.OpenFile(o.HandlerLogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer log.Close()
-	cmd := exec.Command(binary, "--kubeconfig", kubeconfig, "--node-selector", KwokNodeTypeLabel+"="+KwokNodeType)
+	cmd := exec.Command(binary, "--kubeconfig", kubeconfig, "--node-selector", KwokNodeTypeLabel+"="+KwokNodeType,
+		"--cdi-kubeconfig", cdiKubeconfig)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

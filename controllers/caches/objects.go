@@ -47,6 +47,10 @@ type TemplateObjects struct {
 	// DataVolumes are CDI's DataVolumes, trimmed to their phase and Ready
 	// condition (TrimDataVolume); nil when the cluster does not serve them.
 	DataVolumes cache.SharedIndexInformer
+	// CDIs and CDIConfigs are CDI's own resources and its config, trimmed
+	// to the filesystem overhead, which the VMI controller reports; nil
+	// when the cluster does not serve DataVolumes.
+	CDIs, CDIConfigs cache.SharedIndexInformer
 
 	dynamic dynamic.Interface
 }
@@ -54,6 +58,12 @@ type TemplateObjects struct {
 // DataVolumeGVR is CDI's DataVolume; only its phase and Ready condition are
 // read, which every version CDI serves has alike.
 var DataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
+
+// CDI's own resource and its config.
+var (
+	cdiGVR       = DataVolumeGVR.GroupVersion().WithResource("cdis")
+	cdiConfigGVR = DataVolumeGVR.GroupVersion().WithResource("cdiconfigs")
+)
 
 var _ template.Objects = (*TemplateObjects)(nil)
 
@@ -111,10 +121,14 @@ func (t *TemplateObjects) Run(ctx context.Context) error {
 		} else if served {
 			t.DataVolumes = dynamicinformer.NewFilteredDynamicInformer(t.dynamic, DataVolumeGVR, t.namespace, 0, cache.Indexers{}, nil).Informer()
 			_ = t.DataVolumes.SetTransform(TrimDataVolume)
+			t.CDIs = dynamicinformer.NewFilteredDynamicInformer(t.dynamic, cdiGVR, "", 0, cache.Indexers{}, nil).Informer()
+			_ = t.CDIs.SetTransform(trimCDIConfig)
+			t.CDIConfigs = dynamicinformer.NewFilteredDynamicInformer(t.dynamic, cdiConfigGVR, "", 0, cache.Indexers{}, nil).Informer()
+			_ = t.CDIConfigs.SetTransform(trimCDIConfig)
 		}
 	}
 	var synced []cache.InformerSynced
-	for _, i := range []cache.SharedIndexInformer{t.PVCInformer, t.QuotaInformer, t.NamespaceInformer, t.NADInformer, t.DataVolumes} {
+	for _, i := range []cache.SharedIndexInformer{t.PVCInformer, t.QuotaInformer, t.NamespaceInformer, t.NADInformer, t.DataVolumes, t.CDIs, t.CDIConfigs} {
 		if i != nil {
 			go i.RunWithContext(ctx)
 			synced = append(synced, i.HasSynced)
@@ -151,6 +165,46 @@ func TrimDataVolume(obj any) (any, error) {
 			"uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()},
 		"status": status,
 	}}, nil
+}
+
+// trimCDIConfig keeps a CDI resource's or CDIConfig's name and
+// resourceVersion and the filesystem overhead of its status.
+func trimCDIConfig(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
+		"metadata": map[string]any{"name": u.GetName(), "resourceVersion": u.GetResourceVersion()},
+	}}
+	if overhead, ok, _ := unstructured.NestedMap(u.Object, "status", "filesystemOverhead"); ok {
+		out.Object["status"] = map[string]any{"filesystemOverhead": overhead}
+	}
+	return out, nil
+}
+
+// FilesystemOverhead is what CDI's config gives a claim of class (nil for
+// none), as KubeVirt reads it (storagetypes.GetFilesystemOverhead): the
+// class's own overhead, else the global one. installed is false unless
+// exactly one CDI resource exists, when KubeVirt reads no config; overhead
+// is "" when the config has none yet.
+func (t *TemplateObjects) FilesystemOverhead(class *string) (overhead string, installed bool) {
+	if t.CDIs == nil || len(t.CDIs.GetStore().List()) != 1 {
+		return "", false
+	}
+	obj, ok, _ := t.CDIConfigs.GetStore().GetByKey("config")
+	if !ok {
+		return "", true
+	}
+	status := obj.(*unstructured.Unstructured).Object
+	if class != nil {
+		if perClass, ok, _ := unstructured.NestedString(status, "status", "filesystemOverhead", "storageClass", *class); ok {
+			return perClass, true
+		}
+	}
+	global, _, _ := unstructured.NestedString(status, "status", "filesystemOverhead", "global")
+	return global, true
 }
 
 // serves tells whether the API server serves gvr, through discovery.

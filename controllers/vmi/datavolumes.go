@@ -85,6 +85,14 @@ func (c *Controller) dataVolumes() dataVolumes {
 	return dataVolumeStore{c.env.Objects.DataVolumes.GetStore()}
 }
 
+// cdiConfig is CDI's config; nil when the cluster does not serve CDI.
+func (c *Controller) cdiConfig() cdiConfig {
+	if c.env.Objects.CDIs == nil {
+		return nil
+	}
+	return c.env.Objects
+}
+
 // dataVolumesOf lists the DataVolumes of vmi's volumes that exist, in
 // volume order: those DataVolume volumes name, and those controlling the
 // claims of PVC volumes (ListDataVolumesFromVolumes). It lists none on a

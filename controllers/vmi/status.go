@@ -51,8 +51,9 @@ type observed struct {
 	// pods are the VMI's pods (activePods counts those it controls).
 	pods   []*corev1.Pod
 	claims claims
-	// dataVolumes is nil when the cluster does not serve CDI.
+	// dataVolumes and cdi are nil when the cluster does not serve CDI.
 	dataVolumes dataVolumes
+	cdi         cdiConfig
 	// launcherImage is the image virt-controller renders (--launcher-image).
 	launcherImage string
 	// memoryOverhead: the VmiMemoryOverheadReport feature gate is on.
@@ -66,6 +67,7 @@ func (c *Controller) observe(pod *corev1.Pod, pods []*corev1.Pod) observed {
 		pods:           pods,
 		claims:         c.env.Objects,
 		dataVolumes:    c.dataVolumes(),
+		cdi:            c.cdiConfig(),
 		launcherImage:  c.env.Template.LauncherImage,
 		memoryOverhead: c.env.ClusterConfig.Current().VmiMemoryOverheadReportEnabled(),
 	}

@@ -323,6 +323,21 @@ func TestToScheduled(t *testing.T) {
 			}
 		},
 	}, {
+		name: "with CDI a filesystem claim has the overhead CDIConfig gives its class, else the global one",
+		vmi:  testVMI(virtv1.Scheduling, pvcVolume("a", "thin-pvc"), pvcVolume("b", "other-pvc")),
+		pod:  launcherPod(true, "a", "b"),
+		claims: claimsOf(claim("thin-pvc", func(p *corev1.PersistentVolumeClaim) { p.Spec.StorageClassName = ptr.To("thin") }),
+			claim("other-pvc", func(p *corev1.PersistentVolumeClaim) { p.Spec.StorageClassName = ptr.To("thick") })),
+		cdi: true,
+		check: func(t *testing.T, v *virtv1.VirtualMachineInstance) {
+			// storagetypes.GetFilesystemOverhead.
+			for i, want := range []virtv1.Percent{"0.1", "0.06"} {
+				if got := v.Status.VolumeStatus[i].PersistentVolumeClaimInfo.FilesystemOverhead; got == nil || *got != want {
+					t.Errorf("%s: filesystemOverhead %v, want %s", v.Status.VolumeStatus[i].Name, got, want)
+				}
+			}
+		},
+	}, {
 		name: "a hotpluggable claim the pod lacks gets its claim's phase, and one not yet there says so",
 		vmi: func() *virtv1.VirtualMachineInstance {
 			hot := pvcVolume("hot", "hot-pvc")
@@ -381,6 +396,7 @@ func TestToScheduled(t *testing.T) {
 			o.memoryOverhead = !tt.gateOff
 			if tt.cdi {
 				o.dataVolumes = fakeDataVolumes{}
+				o.cdi = oneCDI{global: "0.06", perClass: map[string]string{"thin": "0.1"}}
 			}
 			v := tt.vmi.DeepCopy()
 			toScheduled(o, t2)(v)
@@ -678,4 +694,20 @@ func TestFollowingPod(t *testing.T) {
 	if followingPod(observedOf(source, nil, target))(final) {
 		t.Error("followingPod wrote a final VMI")
 	}
+}
+
+// oneCDI is one installed CDI whose config gives global and, by class,
+// perClass filesystem overheads.
+type oneCDI struct {
+	global   string
+	perClass map[string]string
+}
+
+func (c oneCDI) FilesystemOverhead(class *string) (string, bool) {
+	if class != nil {
+		if o, ok := c.perClass[*class]; ok {
+			return o, true
+		}
+	}
+	return c.global, true
 }

@@ -160,7 +160,7 @@ func (o observed) claimInfo(namespace, claim string, utility bool, s *virtv1.Vol
 		s.Phase, s.Reason, s.Message = virtv1.VolumePending, reasonPVCNotReady, fmt.Sprintf(msgUtilityBlock, claim)
 		return
 	}
-	overhead := o.filesystemOverhead(block)
+	overhead := o.filesystemOverhead(pvc.Spec.StorageClassName, block)
 	s.PersistentVolumeClaimInfo = &virtv1.PersistentVolumeClaimInfo{
 		ClaimName:          pvc.Name,
 		AccessModes:        pvc.Spec.AccessModes,
@@ -172,14 +172,31 @@ func (o observed) claimInfo(namespace, claim string, utility bool, s *virtv1.Vol
 	}
 }
 
-// filesystemOverhead is getFilesystemOverhead: 5.5% without CDI; with CDI,
-// 0 for block claims and otherwise CDIConfig's, which virtshard does not
-// read: CDI's default, 5.5%, is taken (docs/controller.md).
-func (o observed) filesystemOverhead(block bool) virtv1.Percent {
-	if o.dataVolumes != nil && block { // CDI is served
-		return "0"
+// filesystemOverhead is getFilesystemOverhead: 5.5% unless exactly one
+// CDI is installed; with it, 0 for block claims and otherwise CDIConfig's
+// for the claim's class. While CDI has written no config yet KubeVirt
+// fails the VMI's sync and tries again; virtshard reports 5.5% until the
+// config is there (docs/controller.md).
+func (o observed) filesystemOverhead(class *string, block bool) virtv1.Percent {
+	if o.cdi == nil {
+		return defaultFilesystemOverhead
 	}
-	return defaultFilesystemOverhead
+	overhead, installed := o.cdi.FilesystemOverhead(class)
+	switch {
+	case !installed:
+		return defaultFilesystemOverhead
+	case block:
+		return "0"
+	case overhead == "":
+		return defaultFilesystemOverhead
+	}
+	return virtv1.Percent(overhead)
+}
+
+// cdiConfig is CDI's config as the VMI controller reads it
+// (caches.TemplateObjects).
+type cdiConfig interface {
+	FilesystemOverhead(class *string) (overhead string, installed bool)
 }
 
 // preallocated is storagetypes.IsPreallocated.

@@ -1,20 +1,24 @@
 // Command virtshard-handler is the local cluster's simulated virt-handler
 // (package bench/handler): KubeVirt's node agent for every kwok node, in
-// one process. The local cluster starts it (bench/cluster).
+// one process; with --cdi-kubeconfig, the simulated CDI (bench/cdi) runs
+// beside it, as CDI's identity. The local cluster starts it (bench/cluster).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/virtshard/virtshard/bench/cdi"
 	"github.com/virtshard/virtshard/bench/handler"
 	"github.com/virtshard/virtshard/client/kubevirt"
 )
@@ -32,6 +36,7 @@ func run(ctx context.Context, args []string) error {
 	flags := flag.NewFlagSet("virtshard-handler", flag.ContinueOnError)
 	klog.InitFlags(flags)
 	kubeconfig := flags.String("kubeconfig", "", "kubeconfig of the identity to write as (virt-handler's)")
+	cdiKubeconfig := flags.String("cdi-kubeconfig", "", "kubeconfig of the simulated CDI's identity; no simulated CDI when empty")
 	opts := handler.Options{}
 	flags.StringVar(&opts.NodeSelector, "node-selector", "type=kwok", "label selector of the nodes to play virt-handler on")
 	flags.IntVar(&opts.Workers, "workers", handler.DefaultWorkers, "VMIs synced in parallel, over every node")
@@ -59,5 +64,39 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return h.Run(klog.NewContext(ctx, klog.Background()))
+	ctx = klog.NewContext(ctx, klog.Background())
+	if *cdiKubeconfig == "" {
+		return h.Run(ctx)
+	}
+	sim, err := newCDI(*cdiKubeconfig)
+	if err != nil {
+		return err
+	}
+	// Either one ending ends both: the cluster restarts the process.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 2)
+	go func() { done <- h.Run(ctx) }()
+	go func() { done <- sim.Run(ctx) }()
+	err = <-done
+	cancel()
+	return errors.Join(err, <-done)
+}
+
+// newCDI is the simulated CDI, writing as the identity of kubeconfig.
+func newCDI(kubeconfig string) (*cdi.Sim, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load the CDI kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	cfg.UserAgent = cdi.UserAgent
+	opts := cdi.Options{}
+	if opts.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if opts.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return cdi.New(opts)
 }

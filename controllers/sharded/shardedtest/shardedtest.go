@@ -172,7 +172,9 @@ func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
 		})
 		// CDI is served when the test brings DataVolumes.
 		f.Dynamic = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{caches.DataVolumeGVR: "DataVolumeList"}, unstructuredObjects...)
+			map[schema.GroupVersionResource]string{caches.DataVolumeGVR: "DataVolumeList",
+				caches.DataVolumeGVR.GroupVersion().WithResource("cdis"):       "CDIList",
+				caches.DataVolumeGVR.GroupVersion().WithResource("cdiconfigs"): "CDIConfigList"}, unstructuredObjects...)
 		if len(unstructuredObjects) > 0 {
 			f.Kube.Resources = []*metav1.APIResourceList{{GroupVersion: caches.DataVolumeGVR.GroupVersion().String(),
 				APIResources: []metav1.APIResource{{Name: caches.DataVolumeGVR.Resource, Namespaced: true, Kind: "DataVolume"}}}}

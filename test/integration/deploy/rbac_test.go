@@ -61,9 +61,7 @@ var rarelyCalled = map[access]string{
 	{"patch", "", "pods"}:                     "the VMI controller restores a launcher pod's range label that someone edited (controllers/vmi restoreRangeLabel)",
 	{"get", "kubevirt.io", "virtualmachineinstances"}: "the status batcher re-reads a VMI whose patch conflicted; the VM controller tells " +
 		"a VMI its create made from a foreign one or an orphan of that name; the migration controller checks a VMI missing from its cache",
-	{"delete", "apps", "controllerrevisions"}:   "the VM controller deletes a VM's older start revisions when it starts the VM at a new generation",
-	{"list", "cdi.kubevirt.io", "datavolumes"}:  "DataVolumes are watched only where CDI's DataVolume CRD is installed (not on the local cluster)",
-	{"watch", "cdi.kubevirt.io", "datavolumes"}: "the same",
+	{"delete", "apps", "controllerrevisions"}: "the VM controller deletes a VM's older start revisions when it starts the VM at a new generation",
 	{"list", "k8s.cni.cncf.io", "network-attachment-definitions"}: "NetworkAttachmentDefinitions are watched only where Multus' CRD is " +
 		"installed (not on the local cluster), for the launcher pod's SR-IOV resources",
 	{"watch", "k8s.cni.cncf.io", "network-attachment-definitions"}: "the same",

@@ -2,21 +2,22 @@ package vmi_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/bench/cdi"
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/test/clustertest"
@@ -129,13 +130,15 @@ func claimVolume(name, claim string) (virtv1.Disk, virtv1.Volume) {
 
 // The status virtshard writes on the way to Scheduled is KubeVirt's (see
 // status_test.go for each field's source): a VMI with a PVC, a DataVolume
-// judged by its PVC (no CDI here) and an empty disk, on a bound claim, and
-// one whose claim stays Pending, which renders and stays Scheduling.
+// the simulated CDI imported and an empty disk, on a bound claim, and one
+// whose claim stays Pending, which renders and stays Scheduling.
 func TestScheduledStatusIsKubeVirts(t *testing.T) {
 	e := newEnv(t, 1)
 	versions := e.recordVMIs()
 	data := e.boundClaim("data")
-	e.boundClaim("root-dv")
+	dyn := dynamic.NewForConfigOrDie(clustertest.Config(t))
+	e.dataVolume(dyn, "root-dv", "", nil)
+	e.waitDataVolume(dyn, "root-dv", "Succeeded")
 
 	vmi := workload.VMI("with-disks")
 	disk, vol := claimVolume("data", "data")
@@ -202,8 +205,8 @@ func TestScheduledStatusIsKubeVirts(t *testing.T) {
 			info.Capacity.Storage().Cmp(resource.MustParse("2Gi")) != 0 || info.Requests.Storage().Cmp(resource.MustParse("1Gi")) != 0 ||
 			len(info.AccessModes) != 1 || info.AccessModes[0] != corev1.ReadWriteOnce ||
 			info.VolumeMode == nil || *info.VolumeMode != *data.Spec.VolumeMode ||
-			info.FilesystemOverhead == nil || *info.FilesystemOverhead != "0.055" || info.Preallocated {
-			t.Errorf("%s: data volume's claim info %+v, want the bound claim's: 2Gi of 1Gi, RWO, Filesystem, 5.5%%", s.Phase, info)
+			info.FilesystemOverhead == nil || *info.FilesystemOverhead != "0.06" || info.Preallocated {
+			t.Errorf("%s: data volume's claim info %+v, want the bound claim's: 2Gi of 1Gi, RWO, Filesystem, CDIConfig's 6%%", s.Phase, info)
 		}
 		if info := s.VolumeStatus[1].PersistentVolumeClaimInfo; info == nil || info.ClaimName != "root-dv" {
 			t.Errorf("%s: DataVolume volume's claim info %+v, want claim root-dv", s.Phase, info)
@@ -279,86 +282,67 @@ func podConditionOf(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondi
 	return nil
 }
 
-var (
-	crdGVR        = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	dataVolumeGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
-)
-
-// installDataVolumeCRD serves cdi.kubevirt.io/v1beta1 DataVolumes until the
-// test ends. It stands in for CDI's CRD, of which the controller reads
-// only the phase and the Ready condition; the test writes their status as
-// CDI would.
-func (e *env) installDataVolumeCRD(dyn dynamic.Interface) {
+// dataVolume creates DataVolume name, a blank import of 1Gi, of class
+// (the simulated CDI's Immediate class when ""), with annotations that
+// steer the simulated CDI (bench/cdi).
+func (e *env) dataVolume(dyn dynamic.Interface, name, class string, annotations map[string]string) {
 	e.t.Helper()
-	ctx := context.Background()
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-		"metadata": map[string]any{"name": "datavolumes.cdi.kubevirt.io"},
-		"spec": map[string]any{
-			"group": "cdi.kubevirt.io", "scope": "Namespaced",
-			"names": map[string]any{"plural": "datavolumes", "singular": "datavolume", "kind": "DataVolume", "listKind": "DataVolumeList"},
-			"versions": []any{map[string]any{
-				"name": "v1beta1", "served": true, "storage": true,
-				"subresources": map[string]any{"status": map[string]any{}},
-				"schema":       map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-			}},
-		},
+	dv := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{"source": map[string]any{"blank": map[string]any{}},
+			"storage": map[string]any{"resources": map[string]any{"requests": map[string]any{"storage": "1Gi"}}}},
 	}}
-	// A previous test's CRD may still be on its way out.
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{})
-		return err == nil, nil
-	}); err != nil {
-		e.t.Fatal("could not create the DataVolume CRD within a minute")
+	if class != "" {
+		_ = unstructured.SetNestedField(dv.Object, class, "spec", "storage", "storageClassName")
 	}
-	e.t.Cleanup(func() { _ = dyn.Resource(crdGVR).Delete(context.Background(), crd.GetName(), metav1.DeleteOptions{}) })
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(dataVolumeGVR).Namespace(e.ns).List(ctx, metav1.ListOptions{})
-		return err == nil, nil
-	}); err != nil {
-		e.t.Fatal("DataVolumes not served within a minute")
+	dv.SetAnnotations(annotations)
+	if _, err := dyn.Resource(cdi.DataVolumes).Namespace(e.ns).Create(context.Background(), dv, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
 	}
 }
 
-// setDataVolume creates or updates DataVolume name with phase and a Ready
-// condition of status ready, as CDI reports an import.
-func (e *env) setDataVolume(dyn dynamic.Interface, name, phase string, ready corev1.ConditionStatus) {
+// waitDataVolume waits until DataVolume name is in phase.
+func (e *env) waitDataVolume(dyn dynamic.Interface, name, phase string) {
 	e.t.Helper()
-	ctx := context.Background()
-	client := dyn.Resource(dataVolumeGVR).Namespace(e.ns)
-	dv, err := client.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		dv, err = client.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-			"metadata": map[string]any{"name": name},
-			"spec":     map[string]any{"source": map[string]any{"blank": map[string]any{}}},
-		}}, metav1.CreateOptions{})
+	var last string
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		dv, err := dyn.Resource(cdi.DataVolumes).Namespace(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last, _, _ = unstructured.NestedString(dv.Object, "status", "phase")
+		return last == phase, nil
+	}); err != nil {
+		e.t.Fatalf("DataVolume %s in phase %q a minute on, want %s", name, last, phase)
 	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	dv.Object["status"] = map[string]any{"phase": phase, "conditions": []any{map[string]any{"type": "Ready", "status": string(ready)}}}
-	if _, err := client.UpdateStatus(ctx, dv, metav1.UpdateOptions{}); err != nil {
+}
+
+// releaseDataVolume lets the simulated CDI finish the transfer it holds.
+func (e *env) releaseDataVolume(dyn dynamic.Interface, name string) {
+	e.t.Helper()
+	body := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, cdi.HeldAnnotation)
+	if _, err := dyn.Resource(cdi.DataVolumes).Namespace(e.ns).Patch(context.Background(), name, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-// With CDI's DataVolumes served, a VMI waits, with no pod, for a DataVolume
-// CDI still imports and says so in DataVolumesReady; it starts once the
-// import succeeded, and a failed import fails a VMI before it has a pod. A
-// DataVolume waiting for its first consumer gets a temporary pod, deleted
-// once the import starts.
+// With CDI's DataVolumes served (by the simulated CDI), a VMI waits, with no
+// pod, for a DataVolume CDI still imports and says so in DataVolumesReady;
+// it starts once the import succeeded, and a failed import fails a VMI
+// before it has a pod. A DataVolume waiting for its first consumer gets a
+// temporary pod, which the scheduler places and the provisioner follows;
+// it is deleted once the import starts.
 func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
 	ns, kube, kv := controllertest.Clients(t)
 	dyn := dynamic.NewForConfigOrDie(clustertest.Config(t))
 	e := &env{t: t, ns: ns, kube: kube, kv: kv}
-	// Before the replica starts: it looks for the CRD when it starts.
-	e.installDataVolumeCRD(dyn)
 	e.replicas = controllertest.StartN(t, e.ns, 1, nil)
 	versions := e.recordVMIs()
+	held := map[string]string{cdi.HeldAnnotation: ""}
 
-	e.boundClaim("imported")
-	e.setDataVolume(dyn, "imported", "ImportInProgress", corev1.ConditionFalse)
+	e.dataVolume(dyn, "imported", "", held)
+	e.waitDataVolume(dyn, "imported", "ImportInProgress")
 	created := e.create(withDataVolume(workload.VMI("on-import"), "imported"))
 
 	waiting := e.waitVMI("on-import", time.Minute, "Pending with DataVolumesReady=False", func(v *virtv1.VirtualMachineInstance) bool {
@@ -376,7 +360,7 @@ func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
 		t.Errorf("%d launcher pods while the DataVolume imports, want none", len(pods))
 	}
 
-	e.setDataVolume(dyn, "imported", "Succeeded", corev1.ConditionTrue)
+	e.releaseDataVolume(dyn, "imported")
 	e.waitVMI("on-import", time.Minute, "Running once the import succeeded", func(v *virtv1.VirtualMachineInstance) bool {
 		return v.Status.Phase == virtv1.Running
 	})
@@ -389,18 +373,19 @@ func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
 		t.Errorf("Scheduled VMI's DataVolumesReady %+v, want True, AllDVsReady", c)
 	}
 
-	e.boundClaim("broken")
-	e.setDataVolume(dyn, "broken", "Failed", corev1.ConditionFalse)
+	e.dataVolume(dyn, "broken", "", map[string]string{cdi.FailedAnnotation: "the source is gone"})
+	e.waitDataVolume(dyn, "broken", "Failed")
 	createdDoomed := e.create(withDataVolume(workload.VMI("on-failed-import"), "broken"))
 	e.waitVMI("on-failed-import", time.Minute, "Failed", func(v *virtv1.VirtualMachineInstance) bool { return v.Status.Phase == virtv1.Failed })
 	if pods := e.launcherPods(createdDoomed); len(pods) != 0 {
 		t.Errorf("%d launcher pods for a VMI on a failed import, want none", len(pods))
 	}
 
-	// WaitForFirstConsumer: a temporary pod first, deleted once the import
-	// starts, then the launcher pod once it succeeded.
-	e.boundClaim("lazy")
-	e.setDataVolume(dyn, "lazy", "WaitForFirstConsumer", corev1.ConditionFalse)
+	// WaitForFirstConsumer: a temporary pod first, which the scheduler
+	// places and the provisioner follows; deleted once the import starts,
+	// then the launcher pod once it succeeded.
+	e.dataVolume(dyn, "lazy", cdi.StorageClassWaitForFirstConsumer, held)
+	e.waitDataVolume(dyn, "lazy", "WaitForFirstConsumer")
 	createdLazy := e.create(withDataVolume(workload.VMI("on-first-consumer"), "lazy"))
 	provisioning := e.waitVMI("on-first-consumer", time.Minute, "Provisioning=True", func(v *virtv1.VirtualMachineInstance) bool {
 		return condition(v, virtv1.VirtualMachineInstanceProvisioning) != nil
@@ -413,13 +398,7 @@ func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
 		temps[0].Name != template.ProvisioningPodName(createdLazy) || temps[0].Spec.Containers[0].Command[0] != "/bin/bash" {
 		t.Fatalf("pods while the DataVolume waits for its first consumer: %v, want one temporary pod", podNames(temps))
 	}
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		pod, err := e.kube.CoreV1().Pods(e.ns).Get(ctx, temps[0].Name, metav1.GetOptions{})
-		return err == nil && pod.Status.Phase == corev1.PodRunning, nil
-	}); err != nil {
-		t.Fatal("the temporary pod did not run within a minute")
-	}
-	e.setDataVolume(dyn, "lazy", "ImportInProgress", corev1.ConditionFalse)
+	e.waitDataVolume(dyn, "lazy", "ImportInProgress")
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		return len(e.launcherPods(createdLazy)) == 0, nil
 	}); err != nil {
@@ -428,7 +407,7 @@ func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
 	if ev := e.events(createdLazy, "SuccessfulDelete"); len(ev) != 1 || ev[0].Message != "Deleted WaitForFirstConsumer temporary pod "+temps[0].Name {
 		t.Errorf("SuccessfulDelete events %v, want one for the temporary pod", ev)
 	}
-	e.setDataVolume(dyn, "lazy", "Succeeded", corev1.ConditionTrue)
+	e.releaseDataVolume(dyn, "lazy")
 	e.waitVMI("on-first-consumer", time.Minute, "Running once the import succeeded", func(v *virtv1.VirtualMachineInstance) bool {
 		return v.Status.Phase == virtv1.Running
 	})
