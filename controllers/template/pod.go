@@ -298,7 +298,7 @@ func render(vmi *virtv1.VirtualMachineInstance, rng int, opts Options, cluster C
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            name,
-			GenerateName:    "virt-launcher-" + vmi.Name + "-", // KubeVirt's, kept as a record beside the derived name
+			GenerateName:    launcherGenerateName(vmi), // KubeVirt's, kept as a record beside the derived name
 			Namespace:       vmi.Namespace,
 			Labels:          labels,
 			Annotations:     annotations,

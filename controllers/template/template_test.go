@@ -65,6 +65,22 @@ func TestPodNameIsDeterministicAndShort(t *testing.T) {
 	}
 }
 
+// The launcher pod keeps KubeVirt's generateName beside its derived name,
+// except where the API server would refuse it (a VMI name past 238
+// characters): the derived name still creates the pod.
+func TestTheGenerateNameIsKubeVirtsWhereTheServerTakesIt(t *testing.T) {
+	for _, c := range []struct {
+		length int
+		want   string
+	}{{5, "virt-launcher-xxxxx-"}, {238, "virt-launcher-" + strings.Repeat("x", 238) + "-"}, {239, ""}, {253, ""}} {
+		vmi := &virtv1.VirtualMachineInstance{}
+		vmi.Name = strings.Repeat("x", c.length)
+		if got := launcherGenerateName(vmi); got != c.want {
+			t.Errorf("a %d-character name: generateName %q, want %q", c.length, got, c.want)
+		}
+	}
+}
+
 // Memory the guest cannot have is refused with a reason, as virt-api's
 // validation refuses it, instead of rendered.
 func TestValidateMemoryRefusesImpossibleMemory(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	virtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -105,6 +106,18 @@ func PodName(vmi *virtv1.VirtualMachineInstance) string {
 // with a suffix of its own, so the two never collide.
 func ProvisioningPodName(vmi *virtv1.VirtualMachineInstance) string {
 	return launcherPodName(vmi, string(vmi.UID)+"/provisioning")
+}
+
+// launcherGenerateName is the generateName KubeVirt gives a launcher pod,
+// kept beside its derived name; none where it would be longer than the
+// API server takes (a VMI name past 238 characters), on which KubeVirt's
+// pod is refused and virtshard's, its name derived, is not.
+func launcherGenerateName(vmi *virtv1.VirtualMachineInstance) string {
+	g := "virt-launcher-" + vmi.Name + "-"
+	if len(g) > validation.DNS1123SubdomainMaxLength {
+		return ""
+	}
+	return g
 }
 
 func launcherPodName(vmi *virtv1.VirtualMachineInstance, seed string) string {
