@@ -344,15 +344,19 @@ func (e *env) failsWithin(deleted string) {
 		t.Errorf("the VMI is %v (%v) after its migration failed, want still Running", vmi.Status.Phase, err)
 	}
 	e.waitNoPermits()
-	events, err := e.kube.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + m.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Events reach the server after the writes they tell of: wait for them.
 	found, timedOut := false, false
-	for _, ev := range events.Items {
-		found = found || (ev.Reason == "FailedMigration" && ev.Type == corev1.EventTypeWarning)
-		timedOut = timedOut || (ev.Reason == "SuccessfulDelete" && strings.HasPrefix(ev.Message, deleted) && strings.HasSuffix(ev.Message, "timeout period exceeded"))
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		events, err := e.kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + m.Name})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range events.Items {
+			found = found || (ev.Reason == "FailedMigration" && ev.Type == corev1.EventTypeWarning)
+			timedOut = timedOut || (ev.Reason == "SuccessfulDelete" && strings.HasPrefix(ev.Message, deleted) && strings.HasSuffix(ev.Message, "timeout period exceeded"))
+		}
+		return found && timedOut, nil
+	})
 	if !found {
 		t.Error("no FailedMigration event on the migration")
 	}
