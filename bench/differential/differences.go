@@ -85,6 +85,13 @@ var Known = []Difference{
 		KubeVirt: "pkg/virt-controller/watch/pool/pool.go: handleUnhealthyVMIs (handleResourceUpdate for proactiveUpdateTypeNone)",
 	},
 	{
+		Kind: "VirtualMachine", Path: "status.volumeSnapshotStatuses[*].**", Outcomes: []Outcome{Missing},
+		Reason: "KubeVirt's snapshot controller says of each volume of a VM whether it can be snapshotted (a " +
+			"VolumeSnapshotClass for its claim's StorageClass); virtshard has no snapshot controller yet",
+		KubeVirt: "pkg/storage/snapshot/snapshot.go: updateVolumeSnapshotStatuses",
+		Issue:    32,
+	},
+	{
 		Kind: "Event", Object: "<event:PersistentVolumeClaim/*/ExternalProvisioning#*>", Path: "**", Outcomes: []Outcome{Missing, Extra},
 		Reason: "no controller under test writes it: kube-controller-manager's PersistentVolume controller posts it when " +
 			"it looks at a claim the scheduler gave a node before the simulated CDI's provisioner made its volume, " +

@@ -141,7 +141,9 @@ func (t *TemplateObjects) Run(ctx context.Context) error {
 }
 
 // TrimDataVolume keeps a DataVolume's name, namespace, UID,
-// resourceVersion, phase and Ready condition status: all a VMI waits on.
+// resourceVersion and controller, its phase, and the status, reason and
+// message of its Ready, Running and Bound conditions: what a VMI waits on
+// and a VM's printable status reads.
 func TrimDataVolume(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -152,18 +154,31 @@ func TrimDataVolume(obj any) (any, error) {
 		status["phase"] = phase
 	}
 	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var kept []any
 	for _, c := range conditions {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
-			if s, ok := m["status"].(string); ok {
-				status["conditions"] = []any{map[string]any{"type": "Ready", "status": s}}
+		m, ok := c.(map[string]any)
+		if !ok || (m["type"] != "Ready" && m["type"] != "Running" && m["type"] != "Bound") {
+			continue
+		}
+		trimmed := map[string]any{}
+		for _, field := range []string{"type", "status", "reason", "message"} {
+			if v, ok := m[field].(string); ok {
+				trimmed[field] = v
 			}
 		}
+		kept = append(kept, trimmed)
+	}
+	if kept != nil {
+		status["conditions"] = kept
+	}
+	metadata := map[string]any{"name": u.GetName(), "namespace": u.GetNamespace(),
+		"uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()}
+	if ref := metav1.GetControllerOf(u); ref != nil {
+		metadata["ownerReferences"] = []any{map[string]any{"apiVersion": ref.APIVersion, "kind": ref.Kind,
+			"name": ref.Name, "uid": string(ref.UID), "controller": true}}
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
-		"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace(),
-			"uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()},
-		"status": status,
+		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": metadata, "status": status,
 	}}, nil
 }
 

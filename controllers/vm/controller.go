@@ -3,9 +3,14 @@ package vm
 import (
 	"errors"
 	"flag"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/expectations"
@@ -54,6 +59,9 @@ type Controller struct {
 	opts         Options
 	rt           *sharded.Runtime
 	expectations *expectations.Expectations
+	// dataVolumeExpectations count the DataVolumes a VM's sync created
+	// that the cache has not seen yet.
+	dataVolumeExpectations *expectations.Expectations
 }
 
 // item is a queued VM: its range and namespace/name.
@@ -63,7 +71,8 @@ func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) *Control
 	if opts.MaxStartBackoff <= 0 {
 		opts.MaxStartBackoff = DefaultMaxStartBackoff
 	}
-	return &Controller{env: env, opts: opts, rt: rt, expectations: expectations.New(env.Ranges.Count(), env.Clock)}
+	return &Controller{env: env, opts: opts, rt: rt, expectations: expectations.New(env.Ranges.Count(), env.Clock),
+		dataVolumeExpectations: expectations.New(env.Ranges.Count(), env.Clock)}
 }
 
 // declare is what the runtime runs: a range's VMs queue themselves, the
@@ -73,14 +82,80 @@ func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) *Control
 func (c *Controller) declare() *sharded.Controller {
 	return &sharded.Controller{
 		Watches: []sharded.Watch{
-			sharded.On(kinds.VMs, sharded.Events[*virtv1.VirtualMachine]{Keys: sharded.ItsOwnKey[*virtv1.VirtualMachine]}, nil),
+			sharded.On(kinds.VMs, sharded.Events[*virtv1.VirtualMachine]{Keys: sharded.ItsOwnKey[*virtv1.VirtualMachine]},
+				cache.Indexers{byClaim: claimIndex}),
 			sharded.On(kinds.VMIs, c.vmiEvents(), nil),
+			// A DataVolume wakes the VMs that make or use it (KubeVirt's
+			// queueVMsForDataVolume), where the cluster serves CDI; a new
+			// claim the VMs that use it (KubeVirt's addPVC: additions only).
+			sharded.OnInformer(func() cache.SharedIndexInformer { return c.env.Objects.DataVolumes }, c.dataVolumeEvents()),
+			sharded.OnInformer(func() cache.SharedIndexInformer { return c.env.Objects.PVCInformer },
+				sharded.Events[*corev1.PersistentVolumeClaim]{
+					Route: func(pvc *corev1.PersistentVolumeClaim) []item {
+						if pvc.DeletionTimestamp != nil {
+							return nil
+						}
+						return c.usersOf(pvc.Namespace + "/" + pvc.Name)
+					},
+					Changed:       func(_, _ *corev1.PersistentVolumeClaim) bool { return false },
+					IgnoreDeletes: true,
+				}),
 			// Cached to find a VM's older start revisions; their events
 			// queue nothing.
 			sharded.On(kinds.Revisions, sharded.Events[*appsv1.ControllerRevision]{Keys: noKeys[*appsv1.ControllerRevision]}, nil),
 		},
-		Sync:   c.sync,
-		Forget: c.expectations.DropRange,
+		Sync: c.sync,
+		Forget: func(rng int) {
+			c.expectations.DropRange(rng)
+			c.dataVolumeExpectations.DropRange(rng)
+		},
+	}
+}
+
+// byClaim indexes VMs by the claims their template volumes use and the
+// DataVolumes their templates make, namespace/name.
+const byClaim = "byClaim"
+
+func claimIndex(obj any) ([]string, error) {
+	vm, ok := obj.(*virtv1.VirtualMachine)
+	if !ok {
+		return nil, nil
+	}
+	var keys []string
+	for _, t := range vm.Spec.DataVolumeTemplates {
+		keys = append(keys, vm.Namespace+"/"+t.Name)
+	}
+	if vm.Spec.Template != nil {
+		for _, v := range vm.Spec.Template.Spec.Volumes {
+			if name := volumeClaim(v); name != "" && !slices.Contains(keys, vm.Namespace+"/"+name) {
+				keys = append(keys, vm.Namespace+"/"+name)
+			}
+		}
+	}
+	return keys, nil
+}
+
+// usersOf are the VMs of the held ranges that make or use claim (or
+// DataVolume) key.
+func (c *Controller) usersOf(key string) []item {
+	var items []item
+	for _, found := range kinds.VMs.HeldByIndex(c.env.Caches, byClaim, key) {
+		items = append(items, item{Range: found.Range.Index, Key: found.Object.Namespace + "/" + found.Object.Name})
+	}
+	return items
+}
+
+// dataVolumeEvents route a DataVolume to the VMs that make or use it; the
+// one its VM made is that VM's creation observed.
+func (c *Controller) dataVolumeEvents() sharded.Events[*unstructured.Unstructured] {
+	return sharded.Events[*unstructured.Unstructured]{
+		Route: func(dv *unstructured.Unstructured) []item { return c.usersOf(dv.GetNamespace() + "/" + dv.GetName()) },
+		Added: func(rng int, key string, dv *unstructured.Unstructured) {
+			if ref := metav1.GetControllerOf(dv); ref != nil && ref.Kind == virtv1.VirtualMachineGroupVersionKind.Kind &&
+				dv.GetNamespace()+"/"+ref.Name == key {
+				c.dataVolumeExpectations.CreationObserved(rng, key)
+			}
+		},
 	}
 }
 

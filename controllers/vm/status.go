@@ -248,8 +248,14 @@ func printableStatus(o observed, failure *virtv1.VirtualMachineStartFailure) vir
 		return virtv1.VirtualMachineStatusRunning
 	case vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, "FailedPvcNotFound"):
 		return virtv1.VirtualMachineStatusPvcNotFound
+	case o.volumes.dataVolumeError:
+		return virtv1.VirtualMachineStatusDataVolumeError
 	case vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), corev1.ConditionFalse, corev1.PodReasonUnschedulable):
 		return virtv1.VirtualMachineStatusUnschedulable
+	case o.volumes.provisioning:
+		return virtv1.VirtualMachineStatusProvisioning
+	case o.volumes.unboundClaim && setToStart(o):
+		return virtv1.VirtualMachineStatusWaitingForVolumeBinding
 	case vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, "ErrImagePull"):
 		return virtv1.VirtualMachineStatusErrImagePull
 	case vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, "ImagePullBackOff"):
@@ -263,6 +269,27 @@ func printableStatus(o observed, failure *virtv1.VirtualMachineStartFailure) vir
 		return virtv1.VirtualMachineStatusStopped
 	}
 	return virtv1.VirtualMachineStatusUnknown
+}
+
+// setToStart is isSetToStart: the run strategy and requests want the VM
+// running.
+func setToStart(o observed) bool {
+	vm, vmi := o.vm, o.vmi
+	reqs := vm.Status.StateChangeRequests
+	switch o.strategy {
+	case virtv1.RunStrategyAlways:
+		return true
+	case virtv1.RunStrategyManual:
+		if vmi != nil {
+			return !(len(reqs) > 0 && reqs[0].Action == virtv1.StopRequest && reqs[0].UID != nil && *reqs[0].UID == vmi.UID)
+		}
+		return len(reqs) > 0 && reqs[0].Action == virtv1.StartRequest
+	case virtv1.RunStrategyRerunOnFailure:
+		return vmi == nil || vmi.Status.Phase != virtv1.Succeeded
+	case virtv1.RunStrategyOnce:
+		return vmi == nil
+	}
+	return false
 }
 
 // migrating reports a live migration under way.

@@ -49,6 +49,16 @@ type observed struct {
 	creating, deleting bool
 	// restart is what the sync says of the RestartRequired condition.
 	restart restartVerdict
+	// volumes is what the VM's DataVolumes and claims say, for the
+	// printable status.
+	volumes volumeState
+}
+
+// volumeState is what KubeVirt's printable status reads of a VM's
+// volumes: a DataVolume in error, one still provisioning, a claim not
+// bound.
+type volumeState struct {
+	dataVolumeError, provisioning, unboundClaim bool
 }
 
 // sync reconciles one VM. It returns how long to wait before the next sync
@@ -109,7 +119,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		}
 	}
 
-	if c.expectations.Satisfied(it.Range, it.Key) && syncErr == nil {
+	if c.satisfied(it) && syncErr == nil {
 		after, err = c.act(ctx, it, &o)
 		var foreign errForeign
 		switch {
@@ -150,6 +160,8 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 			return 0, err
 		}
 	}
+	o.volumes = volumeState{dataVolumeError: c.dataVolumeError(o.vm), provisioning: c.dataVolumeProvisioning(o.vm),
+		unboundClaim: c.unboundClaim(o.vm)}
 	if err := c.writeStatus(ctx, it, o, syncErr); err != nil {
 		return 0, err
 	}
@@ -172,7 +184,7 @@ func (c *Controller) follow(ctx context.Context, it item, r *caches.Range, o *ob
 			return 0, err
 		}
 	}
-	if !c.expectations.Satisfied(it.Range, it.Key) {
+	if !c.satisfied(it) {
 		return 0, nil
 	}
 	steps := []func() error{
@@ -200,6 +212,12 @@ func (c *Controller) follow(ctx context.Context, it item, r *caches.Range, o *ob
 		}
 	}
 	return 0, nil
+}
+
+// satisfied: every VMI and DataVolume the VM's syncs created or deleted
+// is seen, as KubeVirt's satisfiedExpectations.
+func (c *Controller) satisfied(it item) bool {
+	return c.expectations.Satisfied(it.Range, it.Key) && c.dataVolumeExpectations.Satisfied(it.Range, it.Key)
 }
 
 // hasFailure reports whether vm already has a Failure condition for reason.
@@ -238,6 +256,17 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 			return 0, err
 		}
 		vmi = o.vmi
+	}
+	// KubeVirt's default: the DataVolumes first, and no start until they
+	// are populated (a halted VM gets them all the same).
+	if vm.Annotations[virtv1.ImmediateDataVolumeCreation] != "false" {
+		ready, err := c.ensureDataVolumes(ctx, it, vm)
+		if err != nil {
+			return dataVolumeRetry, &syncError{reason: "FailedCreate", message: fmt.Sprintf("Error encountered while creating DataVolumes: %v", err), silent: true}
+		}
+		if !ready && o.strategy != virtv1.RunStrategyHalted {
+			return 0, nil
+		}
 	}
 	start, stop := c.requests(o)
 	switch o.strategy {
@@ -367,6 +396,11 @@ func legacyFirmwareUUID(name string) types.UID {
 
 func (c *Controller) createVMI(ctx context.Context, it item, o *observed) error {
 	vm := o.vm
+	// KubeVirt's startVMI: with immediate creation off, the DataVolumes
+	// are made at the start, which waits for them.
+	if ready, err := c.ensureDataVolumes(ctx, it, vm); err != nil || !ready {
+		return err
+	}
 	vmi, err := newVMI(vm, it.Range)
 	if err != nil {
 		return err
@@ -450,6 +484,11 @@ func (c *Controller) claim(ctx context.Context, it item, vm *virtv1.VirtualMachi
 // followRetry is when a VM whose firmware UUID or VMI annotations could
 // not be written tries again: KubeVirt requeues it with backoff.
 const followRetry = 10 * time.Second
+
+// dataVolumeRetry is when a VM whose DataVolumes could not be made tries
+// again (a clone's authorization may have been granted since, CDI
+// installed): KubeVirt requeues it with backoff.
+const dataVolumeRetry = 30 * time.Second
 
 // foreignRetry is how often a VM whose name a foreign VMI holds looks
 // again: that VMI may hash into another range, whose events never reach

@@ -180,7 +180,19 @@ func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
 				APIResources: []metav1.APIResource{{Name: caches.DataVolumeGVR.Resource, Namespaced: true, Kind: "DataVolume"}}}}
 		}
 	}
-	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	// The namespace cache is metadata only: the cluster's namespaces as such.
+	var namespaces []runtime.Object
+	for _, obj := range kubeObjects {
+		if ns, ok := obj.(*corev1.Namespace); ok {
+			namespaces = append(namespaces, &metav1.PartialObjectMetadata{
+				TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: ns.ObjectMeta})
+		}
+	}
+	mdScheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(mdScheme); err != nil {
+		t.Fatal(err)
+	}
+	md := metadatafake.NewSimpleMetadataClient(mdScheme, namespaces...)
 	config := c.Config
 	if config == nil {
 		config = StaticConfig{clusterconfig.DefaultConfig("amd64")}

@@ -25,18 +25,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 	poolv1 "kubevirt.io/api/pool/v1beta1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/virtshard/virtshard/bench/cdi"
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/pool"
 	"github.com/virtshard/virtshard/controllers/replicaset"
+	vmctl "github.com/virtshard/virtshard/controllers/vm"
 	"github.com/virtshard/virtshard/controllers/vmi"
 	"github.com/virtshard/virtshard/shard"
 	"github.com/virtshard/virtshard/test/clustertest"
@@ -445,6 +449,41 @@ func cases() []badCase {
 			}
 			e.t.Logf("refused by the API server: %v", err)
 			return nil
+		}},
+		{"vm-clones-a-disk-it-may-not-read", func(e *env) func(context.Context) string {
+			// A template cloning another namespace's claim: the VM's service
+			// account may not, so no DataVolume is made (CDI's own check).
+			vm := &virtv1.VirtualMachine{
+				ObjectMeta: metav1.ObjectMeta{Name: "cloner"},
+				Spec: virtv1.VirtualMachineSpec{RunStrategy: ptr.To(virtv1.RunStrategyAlways),
+					Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: workload.AsWritten("cloner").Spec},
+					DataVolumeTemplates: []virtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: "cloner-root"},
+						Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "kube-system", Name: "their-disk"}},
+							Storage: &cdiv1.StorageSpec{}}}}},
+			}
+			if _, err := e.kv.VirtualMachines(e.ns).Create(context.Background(), vm, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			dvs := dynamic.NewForConfigOrDie(clustertest.Config(e.t)).Resource(cdi.DataVolumes).Namespace(e.ns)
+			return func(ctx context.Context) string {
+				// The condition only: KubeVirt's event is the reason's below.
+				got, err := e.kv.VirtualMachines(e.ns).Get(ctx, vm.Name, metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if !slices.ContainsFunc(got.Status.Conditions, func(c virtv1.VirtualMachineCondition) bool {
+					return c.Type == virtv1.VirtualMachineFailure && c.Reason == "FailedCreate" && strings.Contains(c.Message, "not authorized")
+				}) {
+					return fmt.Sprintf("no Failure condition FailedCreate saying why: %+v", got.Status.Conditions)
+				}
+				if !e.hasEvent(ctx, vm.Name, vmctl.ReasonUnauthorizedDataVolumeCreate) {
+					return "no event " + vmctl.ReasonUnauthorizedDataVolumeCreate
+				}
+				if _, err := dvs.Get(ctx, "cloner-root", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Sprintf("the unauthorized clone's DataVolume: %v", err)
+				}
+				return ""
+			}
 		}},
 		{"vm-name-taken-by-foreign-vmi", func(e *env) func(context.Context) string {
 			// Controlled by another owner, a real one that the garbage

@@ -18,18 +18,23 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 	poolv1 "kubevirt.io/api/pool/v1beta1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/virtshard/virtshard/bench/cdi"
 	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/client/kubevirt"
@@ -392,6 +397,58 @@ func (w *rbacWorkload) run() {
 	}
 	w.waitGone("pool", func(ctx context.Context) error {
 		_, err := w.kv.Pools(w.ns).Get(ctx, "pool", metav1.GetOptions{})
+		return err
+	})
+
+	// A halted VM with DataVolume templates: the VM controller creates the
+	// first (an import); the second clones, through a DataSource it reads,
+	// a claim of another namespace, and asks whether the VM's service
+	// account may (it may not: no DataVolume, a Failure condition).
+	source := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource", "metadata": map[string]any{"name": "golden"},
+		"spec": map[string]any{"source": map[string]any{"pvc": map[string]any{"namespace": "default", "name": "golden-image"}}},
+	}}
+	dyn := dynamic.NewForConfigOrDie(clustertest.Config(t))
+	if _, err := dyn.Resource(cdi.DataSources).Namespace(w.ns).Create(ctx, source, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	disks := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "disks"},
+		Spec: virtv1.VirtualMachineSpec{RunStrategy: &halted, Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: template.Spec},
+			DataVolumeTemplates: []virtv1.DataVolumeTemplateSpec{
+				{ObjectMeta: metav1.ObjectMeta{Name: "disks-blank"}, Spec: cdiv1.DataVolumeSpec{
+					Source:  &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+					Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}},
+				{ObjectMeta: metav1.ObjectMeta{Name: "disks-clone"}, Spec: cdiv1.DataVolumeSpec{
+					SourceRef: &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: "golden"},
+					Storage:   &cdiv1.StorageSpec{}}},
+			}},
+	}
+	if _, err := w.kv.VirtualMachines(w.ns).Create(ctx, disks, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("VM disks, last seen: %s", last)
+		}
+	})
+	w.poll("VM disks's blank DataVolume, and its clone refused", func(ctx context.Context) bool {
+		got, err := w.kv.VirtualMachines(w.ns).Get(ctx, "disks", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		_, blankErr := dyn.Resource(cdi.DataVolumes).Namespace(w.ns).Get(ctx, "disks-blank", metav1.GetOptions{})
+		last = fmt.Sprintf("blank DataVolume: %v; status %+v", blankErr, got.Status)
+		return blankErr == nil && slices.ContainsFunc(got.Status.Conditions, func(c virtv1.VirtualMachineCondition) bool {
+			return c.Type == virtv1.VirtualMachineFailure && strings.Contains(c.Message, "not authorized")
+		})
+	})
+	if err := w.kv.VirtualMachines(w.ns).Delete(ctx, "disks", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitGone("VM disks", func(ctx context.Context) error {
+		_, err := w.kv.VirtualMachines(w.ns).Get(ctx, "disks", metav1.GetOptions{})
 		return err
 	})
 

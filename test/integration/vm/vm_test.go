@@ -10,12 +10,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	virtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/virtshard/virtshard/bench/cdi"
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
@@ -510,4 +514,70 @@ func vmCondition(vm *virtv1.VirtualMachine, t virtv1.VirtualMachineConditionType
 		}
 	}
 	return nil
+}
+
+// A VM's dataVolumeTemplates on the real cluster and the simulated CDI,
+// with 3 replicas: the DataVolume is made first, owned by the VM, and the
+// VM says Provisioning while it imports, then runs on it; a template whose
+// import failed says DataVolumeError and starts nothing; deleting the VM
+// takes its DataVolume with it.
+func TestDataVolumeTemplates(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	dvs := dynamic.NewForConfigOrDie(clustertest.Config(t)).Resource(cdi.DataVolumes).Namespace(e.ns)
+	withTemplate := func(name string, annotations map[string]string) {
+		t.Helper()
+		vmi := workload.AsWritten(name)
+		vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, virtv1.Disk{Name: "root", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{}}})
+		vmi.Spec.Volumes = append(vmi.Spec.Volumes, virtv1.Volume{Name: "root", VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: name + "-root"}}})
+		always := virtv1.RunStrategyAlways
+		vm := &virtv1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: virtv1.VirtualMachineSpec{
+				RunStrategy: &always,
+				Template:    &virtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: vmi.ObjectMeta, Spec: vmi.Spec},
+				DataVolumeTemplates: []virtv1.DataVolumeTemplateSpec{{
+					ObjectMeta: metav1.ObjectMeta{Name: name + "-root", Annotations: annotations},
+					Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+						Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}},
+				}},
+			},
+		}
+		if _, err := e.kv.VirtualMachines(e.ns).Create(ctx, vm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	withTemplate("imported", map[string]string{cdi.HeldAnnotation: ""})
+	vm := e.waitVM("imported", "Provisioning", printable(virtv1.VirtualMachineStatusProvisioning))
+	dv, err := dvs.Get(ctx, "imported-root", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := metav1.GetControllerOf(dv); ref == nil || ref.UID != vm.UID || dv.GetLabels()[virtv1.CreatedByLabel] != string(vm.UID) {
+		t.Errorf("DataVolume owned by %+v, labels %v: want the VM as controller and its UID", ref, dv.GetLabels())
+	}
+	if _, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, "imported", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the VMI exists (%v) while its DataVolume imports", err)
+	}
+	body := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, cdi.HeldAnnotation)
+	if _, err := dvs.Patch(ctx, "imported-root", types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitVM("imported", "Running", printable(virtv1.VirtualMachineStatusRunning))
+
+	withTemplate("broken", map[string]string{cdi.FailedAnnotation: "the source is gone"})
+	e.waitVM("broken", "DataVolumeError", printable(virtv1.VirtualMachineStatusDataVolumeError))
+	e.stillNoVMI("broken", "its DataVolume failed")
+
+	if err := e.kv.VirtualMachines(e.ns).Delete(ctx, "imported", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := dvs.Get(ctx, "imported-root", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Error("the deleted VM's DataVolume is still there after two minutes")
+	}
 }
