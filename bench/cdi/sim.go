@@ -85,9 +85,8 @@ type Sim struct {
 
 	mu sync.Mutex
 	// bound is when each DataVolume's claim was first seen Bound, by
-	// DataVolume UID; restarts counts a failing importer's restarts.
-	bound    map[types.UID]time.Time
-	restarts map[types.UID]int32
+	// DataVolume UID.
+	bound map[types.UID]time.Time
 }
 
 // New returns a Sim; Run starts it.
@@ -109,7 +108,7 @@ func New(opts Options) (*Sim, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
 	}
 	return &Sim{opts: opts, dvQueue: queue("cdi-datavolumes"), claimQueue: queue("cdi-provisioner"),
-		bound: map[types.UID]time.Time{}, restarts: map[types.UID]int32{}}, nil
+		bound: map[types.UID]time.Time{}}, nil
 }
 
 // Run plays CDI until ctx is done.
@@ -270,7 +269,7 @@ func (s *Sim) syncDataVolume(ctx context.Context, key string) (time.Duration, er
 	switch {
 	case !again:
 		return 0, nil
-	case dv.Annotations[ImportErrorAnnotation] != "":
+	case hasAnnotation(dv, ImportErrorAnnotation):
 		return restartInterval, nil
 	case o.claim != nil && o.claim.Status.Phase == corev1.ClaimBound:
 		return progressInterval, nil
@@ -278,8 +277,10 @@ func (s *Sim) syncDataVolume(ctx context.Context, key string) (time.Duration, er
 	return 0, nil // the claim's events bring it back
 }
 
-// progress is how long dv's claim has been bound, and how many times its
-// failing importer restarted, as of now.
+// progress is how long dv's claim has been bound, and how many times a
+// failing importer restarted by now: one per restartInterval, counted
+// from the time alone, so that a sync its own status write brings does
+// not count one more.
 func (s *Sim) progress(dv *cdiv1.DataVolume, claim *corev1.PersistentVolumeClaim) (time.Duration, int32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -291,17 +292,23 @@ func (s *Sim) progress(dv *cdiv1.DataVolume, claim *corev1.PersistentVolumeClaim
 	if !ok {
 		since, s.bound[dv.UID] = now, now
 	}
-	if dv.Annotations[ImportErrorAnnotation] != "" && ok {
-		s.restarts[dv.UID]++
+	boundFor := now.Sub(since)
+	var restarts int32
+	if hasAnnotation(dv, ImportErrorAnnotation) {
+		restarts = int32(boundFor / restartInterval)
 	}
-	return now.Sub(since), s.restarts[dv.UID]
+	return boundFor, restarts
+}
+
+func hasAnnotation(dv *cdiv1.DataVolume, key string) bool {
+	_, ok := dv.Annotations[key]
+	return ok
 }
 
 func (s *Sim) forget(uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.bound, uid)
-	delete(s.restarts, uid)
 }
 
 // cloneSource is the PVC a clone DataVolume copies: its pvc source, or

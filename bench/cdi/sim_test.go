@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -99,5 +100,26 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true,
 		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
 		t.Fatalf("%s: not within 30 s", what)
+	}
+}
+
+// A failing importer's restarts follow the time, one per 10 s, however
+// often the DataVolume is synced (its own status writes bring syncs).
+func TestRestartsFollowTheClockNotTheSyncs(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	sim, err := New(Options{Kube: kubefake.NewClientset(), Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{UID: "dv", Annotations: map[string]string{ImportErrorAnnotation: "unreachable"}}}
+	bound := &corev1.PersistentVolumeClaim{Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+	for range 5 {
+		if _, restarts := sim.progress(dv, bound); restarts != 0 {
+			t.Fatalf("%d restarts at once, want 0", restarts)
+		}
+	}
+	clk.Step(25 * time.Second)
+	if _, restarts := sim.progress(dv, bound); restarts != 2 {
+		t.Errorf("%d restarts after 25 s, want 2", restarts)
 	}
 }
