@@ -240,14 +240,18 @@ func (s *Sim) syncDataVolume(ctx context.Context, key string) (time.Duration, er
 		o.claim = cached.(*corev1.PersistentVolumeClaim)
 	} else {
 		claim := claimFor(dv, s.defaultClass())
-		if source, ok := s.cloneSource(dv); ok && source.Namespace == dv.Namespace {
+		if source, ok := s.cloneSource(dv); ok && (source.Namespace == "" || source.Namespace == dv.Namespace) {
 			claim.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: source.Name}
 		}
 		created, err := s.opts.Kube.CoreV1().PersistentVolumeClaims(dv.Namespace).Create(ctx, claim, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// The cache is behind: the claim's event brings the DataVolume back.
+		case err != nil:
 			return 0, fmt.Errorf("create the claim of DataVolume %s: %w", key, err)
+		default:
+			o.claim = created
 		}
-		o.claim = created
 	}
 	if o.claim != nil && o.claim.Spec.StorageClassName != nil {
 		if c, ok, _ := s.classes.GetIndexer().GetByKey(*o.claim.Spec.StorageClassName); ok {
