@@ -131,6 +131,21 @@ func launcherPodName(vmi *virtv1.VirtualMachineInstance, seed string) string {
 	return "virt-launcher-" + name + "-" + suffix
 }
 
+// VolumeClaim is the claim a volume uses, "" for none: a DataVolume's
+// (of the same name), a PVC's, a memory dump's (KubeVirt's
+// storagetypes.PVCNameFromVirtVolume).
+func VolumeClaim(v virtv1.Volume) string {
+	switch {
+	case v.DataVolume != nil:
+		return v.DataVolume.Name
+	case v.PersistentVolumeClaim != nil:
+		return v.PersistentVolumeClaim.ClaimName
+	case v.MemoryDump != nil:
+		return v.MemoryDump.ClaimName
+	}
+	return ""
+}
+
 // ClaimNames returns the PVCs vmi's volumes use (DataVolumes have a PVC of
 // the same name), sorted.
 func ClaimNames(vmi *virtv1.VirtualMachineInstance) []string {

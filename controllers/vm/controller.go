@@ -16,6 +16,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/expectations"
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/template"
 )
 
 // DefaultMaxStartBackoff is KubeVirt's cap on the crash-loop backoff
@@ -127,7 +128,7 @@ func claimIndex(obj any) ([]string, error) {
 	}
 	if vm.Spec.Template != nil {
 		for _, v := range vm.Spec.Template.Spec.Volumes {
-			if name := volumeClaim(v); name != "" && !slices.Contains(keys, vm.Namespace+"/"+name) {
+			if name := template.VolumeClaim(v); name != "" && !slices.Contains(keys, vm.Namespace+"/"+name) {
 				keys = append(keys, vm.Namespace+"/"+name)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/template"
 )
 
 // A VM's dataVolumeTemplates, as KubeVirt v1.8.1's VM controller makes
@@ -310,7 +311,7 @@ func (c *Controller) unboundClaim(vm *virtv1.VirtualMachine) bool {
 		return false
 	}
 	for _, v := range vm.Spec.Template.Spec.Volumes {
-		name := volumeClaim(v)
+		name := template.VolumeClaim(v)
 		if name == "" {
 			continue
 		}
@@ -319,19 +320,6 @@ func (c *Controller) unboundClaim(vm *virtv1.VirtualMachine) bool {
 		}
 	}
 	return false
-}
-
-// volumeClaim is the claim a volume uses (storagetypes.PVCNameFromVirtVolume).
-func volumeClaim(v virtv1.Volume) string {
-	switch {
-	case v.DataVolume != nil:
-		return v.DataVolume.Name
-	case v.PersistentVolumeClaim != nil:
-		return v.PersistentVolumeClaim.ClaimName
-	case v.MemoryDump != nil:
-		return v.MemoryDump.ClaimName
-	}
-	return ""
 }
 
 // templateDataVolumes are the DataVolumes the VM's template volumes name

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/virtshard/virtshard/controllers/template"
 	corev1 "k8s.io/api/core/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 )
@@ -99,7 +100,7 @@ func (o observed) updateVolumeStatus(v *virtv1.VirtualMachineInstance) {
 		if vol.MemoryDump != nil && s.MemoryDumpVolume == nil {
 			s.MemoryDumpVolume = &virtv1.DomainMemoryDumpInfo{ClaimName: vol.Name} // sic: the volume's name
 		}
-		claim := claimName(vol)
+		claim := template.VolumeClaim(vol)
 		hotpluggable := vol.PersistentVolumeClaim != nil || vol.DataVolume != nil || vol.MemoryDump != nil
 		if hotpluggable && !inPod[vol.Name] {
 			o.hotplugStatus(v.Namespace, claim, &s)
@@ -207,17 +208,4 @@ func preallocated(annotations map[string]string) bool {
 		}
 	}
 	return false
-}
-
-// claimName is storagetypes.PVCNameFromVirtVolume.
-func claimName(vol virtv1.Volume) string {
-	switch {
-	case vol.DataVolume != nil:
-		return vol.DataVolume.Name
-	case vol.PersistentVolumeClaim != nil:
-		return vol.PersistentVolumeClaim.ClaimName
-	case vol.MemoryDump != nil:
-		return vol.MemoryDump.ClaimName
-	}
-	return ""
 }
