@@ -369,8 +369,9 @@ func (m *Manager) setAssignment(logger klog.Logger, cm *corev1.ConfigMap) {
 		return
 	}
 	m.assignment.Store(&a)
-	m.cfg.Metrics.setGeneration(a.Generation)
-	logger.V(2).Info("Assignment changed", "generation", a.Generation, "mine", NewSet(m.cfg.Ranges.Count(), a.Of(m.cfg.Identity)...).String())
+	mine := a.Of(m.cfg.Identity)
+	m.cfg.Metrics.setAssignment(a.Generation, len(mine))
+	logger.V(2).Info("Assignment changed", "generation", a.Generation, "mine", NewSet(m.cfg.Ranges.Count(), mine...).String())
 	m.poke()
 }
 
@@ -816,6 +817,10 @@ func minTime(a, b time.Time) time.Time {
 
 // liveMembers are the members whose Lease changed within its duration as
 // seen from here, sorted, and when the first of them expires unless renewed.
+// This member is also live while its own tenure stands, whatever its
+// informer shows: it knows that first-hand, and just after an API outage the
+// watch may come back later than the heartbeat; an assignment without it
+// would send its ranges away and back.
 func (m *Manager) liveMembers() (live []string, nextExpiry time.Time, err error) {
 	leases, err := m.leaseLister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleMember}))
 	if err != nil {
@@ -830,6 +835,11 @@ func (m *Manager) liveMembers() (live []string, nextExpiry time.Time, err error)
 		if at := m.obs.expiry(l, now); now.Before(at) {
 			live = append(live, id)
 			nextExpiry = earliest(nextExpiry, at)
+		}
+	}
+	if t := m.tenure.Load(); t != nil && !m.leaving.Load() && !slices.Contains(live, m.cfg.Identity) {
+		if _, standing := m.fenceOf(t.gen); standing {
+			live = append(live, m.cfg.Identity)
 		}
 	}
 	slices.Sort(live)

@@ -11,6 +11,7 @@ type Metrics struct {
 	rangesOwned          prometheus.Gauge
 	rangesActive         prometheus.Gauge
 	rangesPrepared       prometheus.Gauge
+	rangesAssigned       prometheus.Gauge
 	assignmentGeneration prometheus.Gauge
 	handoffs             *prometheus.CounterVec
 	acquireLatency       prometheus.Histogram
@@ -40,6 +41,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rangesPrepared: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_ranges_prepared",
 			Help: "Ranges whose caches this member is warming before it may hold them: assigned to it, or likely to be if a member that stopped heartbeating dies.",
+		}),
+		rangesAssigned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "virtshard_shard_ranges_assigned",
+			Help: "Ranges the last assignment this member has seen gives it: virtshard_shard_ranges_active reaches it once a rebalance is done.",
 		}),
 		assignmentGeneration: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_assignment_generation",
@@ -80,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this member is the leader publishing the assignment.",
 		}),
 	}
-	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.watchRestarts, m.relists, m.watchReselects, m.leader)
+	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.rangesAssigned, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.watchRestarts, m.relists, m.watchReselects, m.leader)
 	return m
 }
 
@@ -117,9 +122,10 @@ func (m *Metrics) setPrepared(prepared []bool) {
 	m.rangesPrepared.Set(float64(n))
 }
 
-func (m *Metrics) setGeneration(g int64) {
+func (m *Metrics) setAssignment(generation int64, mine int) {
 	if m != nil {
-		m.assignmentGeneration.Set(float64(g))
+		m.assignmentGeneration.Set(float64(generation))
+		m.rangesAssigned.Set(float64(mine))
 	}
 }
 

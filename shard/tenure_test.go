@@ -308,3 +308,29 @@ func (r keepRecorder) Releasing(_ context.Context, _ int, reason Reason) {
 func (r keepRecorder) Prepare(int)   { *r.calls = append(*r.calls, "prepare") }
 func (r keepRecorder) Unprepare(int) { *r.calls = append(*r.calls, "unprepare") }
 func (r keepRecorder) Keep(int)      { *r.calls = append(*r.calls, "keep") }
+
+// Just after an outage the lease informer may still hold this member's
+// Lease as it was before (unchanged for a lease duration) while the new
+// tenure stands: the leader counts itself live all the same, or it would
+// publish an assignment without itself and move its ranges away and back.
+func TestTheLeaderCountsItselfLiveWhileItsTenureStands(t *testing.T) {
+	f := newTenureFixture(t)
+	stale := f.lease(t, "virtshard-member-me", "me", "an-earlier-tenure", "1")
+	stale.Labels[LabelRole] = roleMember
+	f.m.obs.observe(stale, f.clock.Now())
+	f.clock.Step(2 * f.m.cfg.LeaseDuration)
+	if live, _, err := f.m.liveMembers(); err != nil || len(live) != 0 {
+		t.Fatalf("live %v (%v) with no tenure and a stale Lease, want none", live, err)
+	}
+
+	if err := f.m.beat(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if live, _, err := f.m.liveMembers(); err != nil || !slices.Equal(live, []string{"me"}) {
+		t.Errorf("live %v (%v) while its tenure stands, want [me]", live, err)
+	}
+	f.m.leaving.Store(true)
+	if live, _, err := f.m.liveMembers(); err != nil || len(live) != 0 {
+		t.Errorf("live %v (%v) while leaving, want none", live, err)
+	}
+}
