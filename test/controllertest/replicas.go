@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -82,7 +83,10 @@ func Start(t *testing.T, ns, id string, configure func(*app.Options)) *Replica {
 	return r
 }
 
-// StartN starts n replicas named replica-0 … replica-(n-1).
+// StartN starts n replicas named replica-0 … replica-(n-1) and returns once
+// they share the ranges as the assignment says, so that a test's objects
+// stay with one replica while it runs: ranges moving are the shard tests'
+// subject, and a move hides a phase change from the metrics.
 func StartN(t *testing.T, ns string, n int, configure func(*app.Options)) map[string]*Replica {
 	t.Helper()
 	replicas := map[string]*Replica{}
@@ -90,7 +94,36 @@ func StartN(t *testing.T, ns string, n int, configure func(*app.Options)) map[st
 		id := fmt.Sprintf("replica-%d", i)
 		replicas[id] = Start(t, ns, id, configure)
 	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return shared(replicas), nil
+	}); err != nil {
+		t.Fatalf("%d replicas did not share the ranges within 2 minutes", n)
+	}
 	return replicas
+}
+
+// shared says whether every replica has seen the same assignment, is given
+// some of the ranges by it and acts on all of those.
+func shared(replicas map[string]*Replica) bool {
+	generation := -1.0
+	for _, r := range replicas {
+		families, err := r.Registry.Gather()
+		if err != nil {
+			return false
+		}
+		g := map[string]float64{}
+		for _, f := range families {
+			if len(f.GetMetric()) == 1 && f.GetMetric()[0].Gauge != nil {
+				g[f.GetName()] = f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		gen, assigned := g["virtshard_shard_assignment_generation"], g["virtshard_shard_ranges_assigned"]
+		if gen == 0 || (generation >= 0 && gen != generation) || assigned == 0 || g["virtshard_shard_ranges_active"] != assigned {
+			return false
+		}
+		generation = gen
+	}
+	return true
 }
 
 // Kubeconfig writes the test cluster's config to a file for a replica.
