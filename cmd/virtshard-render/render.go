@@ -19,6 +19,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/apidefaults"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/instancetype"
 	"github.com/virtshard/virtshard/controllers/template"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -156,6 +157,12 @@ func (o *Options) render(file string, defaultCR *virtv1.KubeVirt, ranges shard.R
 		return nil, fmt.Errorf("KubeVirt CR: %w", err)
 	}
 	vmi := bundle.VMI
+	if bundle.Instancetype != nil || bundle.Preference != nil {
+		instancetype.ApplyAutoattach(bundle.Preference, &vmi.Spec)
+		if conflicts := instancetype.Apply("spec", bundle.Instancetype, bundle.Preference, &vmi.Spec, &vmi.ObjectMeta); len(conflicts) > 0 {
+			return nil, conflicts.VMIError()
+		}
+	}
 	if o.APIDefaults {
 		if err := apidefaults.Apply(vmi, cluster, metav1.NewTime(time.Now())); err != nil {
 			return nil, fmt.Errorf("virt-api defaults: %w", err)

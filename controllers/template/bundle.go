@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/api/instancetype/v1beta1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -25,6 +26,11 @@ type Bundle struct {
 	Migration *virtv1.VirtualMachineInstanceMigration
 	SourcePod *corev1.Pod
 	Objects   *StaticObjects
+	// Instancetype and Preference (from namespaced or cluster-wide
+	// objects) make the VMI a VM's: they are applied to it before it is
+	// rendered, as the VM controller applies them before creating it.
+	Instancetype *v1beta1.VirtualMachineInstancetypeSpec
+	Preference   *v1beta1.VirtualMachinePreferenceSpec
 }
 
 // StaticObjects implements Objects over a fixed set of objects.
@@ -159,6 +165,20 @@ func (b *Bundle) slot(tm metav1.TypeMeta) (any, func() *metav1.ObjectMeta, error
 	case "kubevirt.io/v1 VirtualMachineInstanceMigration":
 		b.Migration = &virtv1.VirtualMachineInstanceMigration{}
 		return b.Migration, func() *metav1.ObjectMeta { return &b.Migration.ObjectMeta }, nil
+	case "instancetype.kubevirt.io/v1beta1 VirtualMachineInstancetype", "instancetype.kubevirt.io/v1beta1 VirtualMachineClusterInstancetype":
+		if b.Instancetype != nil {
+			return nil, nil, errors.New("more than one instance type")
+		}
+		it := &v1beta1.VirtualMachineInstancetype{}
+		b.Instancetype = &it.Spec
+		return it, nil, nil
+	case "instancetype.kubevirt.io/v1beta1 VirtualMachinePreference", "instancetype.kubevirt.io/v1beta1 VirtualMachineClusterPreference":
+		if b.Preference != nil {
+			return nil, nil, errors.New("more than one preference")
+		}
+		pref := &v1beta1.VirtualMachinePreference{}
+		b.Preference = &pref.Spec
+		return pref, nil, nil
 	case "v1 Pod":
 		b.SourcePod = &corev1.Pod{}
 		return b.SourcePod, func() *metav1.ObjectMeta { return &b.SourcePod.ObjectMeta }, nil

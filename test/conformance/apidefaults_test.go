@@ -13,6 +13,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/apidefaults"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/instancetype"
 	"github.com/virtshard/virtshard/controllers/template"
 )
 
@@ -55,7 +56,10 @@ func TestAPIDefaults(t *testing.T) {
 			vmi.CreationTimestamp = referenceTime
 		}
 		inputPhase := vmi.Status.Phase
-		gotErr := apidefaults.Apply(vmi, cluster, referenceTime)
+		gotErr := applyInstancetype(bundle, vmi)
+		if gotErr == nil {
+			gotErr = apidefaults.Apply(vmi, cluster, referenceTime)
+		}
 
 		prefix := filepath.Join(kubevirtDir, name)
 		want := &virtv1.VirtualMachineInstance{}
@@ -104,6 +108,19 @@ func TestAPIDefaults(t *testing.T) {
 	}
 	fmt.Printf("api defaults: %d of %d VMI fields equal virt-api's (%.1f%%) over %d corpus files\n",
 		equal, total, 100*float64(equal)/float64(max(total, 1)), len(inputs))
+}
+
+// applyInstancetype applies the bundle's instance type and preference to
+// the VMI as virtshard's VM controller does before it creates it.
+func applyInstancetype(bundle *template.Bundle, vmi *virtv1.VirtualMachineInstance) error {
+	if bundle.Instancetype == nil && bundle.Preference == nil {
+		return nil
+	}
+	instancetype.ApplyAutoattach(bundle.Preference, &vmi.Spec)
+	if conflicts := instancetype.Apply("spec", bundle.Instancetype, bundle.Preference, &vmi.Spec, &vmi.ObjectMeta); len(conflicts) > 0 {
+		return conflicts.VMIError()
+	}
+	return nil
 }
 
 func orAbsent(v string, ok bool) string {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
@@ -34,6 +35,12 @@ type corpusCase struct {
 	ConfigMaps     []*k8sv1.ConfigMap
 	Namespaces     []*k8sv1.Namespace
 	ResourceQuotas []*k8sv1.ResourceQuota
+
+	// An instance type and a preference (namespaced or cluster-wide) stand
+	// for a VM's: the VMI is the one the VM's template makes, and KubeVirt's
+	// VM controller applies them to it before creating it.
+	Instancetype *instancetypev1beta1.VirtualMachineInstancetypeSpec
+	Preference   *instancetypev1beta1.VirtualMachinePreferenceSpec
 }
 
 // readCorpusFile decodes the multi-document YAML file at path by apiVersion
@@ -136,6 +143,26 @@ func (c *corpusCase) add(doc []byte) error {
 		return decodeAppend(doc, &c.Namespaces)
 	case "v1 ResourceQuota":
 		return decodeAppend(doc, &c.ResourceQuotas)
+	case "instancetype.kubevirt.io/v1beta1 VirtualMachineInstancetype", "instancetype.kubevirt.io/v1beta1 VirtualMachineClusterInstancetype":
+		var it instancetypev1beta1.VirtualMachineInstancetype
+		if c.Instancetype != nil {
+			return errors.New("more than one instance type")
+		}
+		if err := decodeStrict(doc, &it); err != nil {
+			return err
+		}
+		c.Instancetype = &it.Spec
+		return nil
+	case "instancetype.kubevirt.io/v1beta1 VirtualMachinePreference", "instancetype.kubevirt.io/v1beta1 VirtualMachineClusterPreference":
+		var pref instancetypev1beta1.VirtualMachinePreference
+		if c.Preference != nil {
+			return errors.New("more than one preference")
+		}
+		if err := decodeStrict(doc, &pref); err != nil {
+			return err
+		}
+		c.Preference = &pref.Spec
+		return nil
 	default:
 		return fmt.Errorf("unsupported document %s %s", meta.APIVersion, meta.Kind)
 	}
