@@ -130,3 +130,13 @@ func roundTrip(in, out *virtv1.VirtualMachineInstance) error {
 	}
 	return json.Unmarshal(data, out)
 }
+
+// SetVMDefaults gives a VMI spec the defaults KubeVirt's VM controller
+// gives the VMI it makes before applying an instance type and preference
+// (SetupVMIFromVM, SetDefaultNetworkInterface): a disk for every volume
+// without one, and the default pod network, which a preference may then
+// tune. virt-api gives both again on create, to no effect.
+func SetVMDefaults(spec *virtv1.VirtualMachineInstanceSpec, cluster Cluster) error {
+	addMissingVolumeDisks(spec)
+	return setDefaultNetwork(spec, configView{cluster.Configuration()})
+}

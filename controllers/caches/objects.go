@@ -51,9 +51,22 @@ type TemplateObjects struct {
 	// to the filesystem overhead, which the VMI controller reports; nil
 	// when the cluster does not serve DataVolumes.
 	CDIs, CDIConfigs cache.SharedIndexInformer
+	// Instancetypes are the instance types and preferences, namespaced and
+	// cluster-wide, by resource (InstancetypeGVRs), whole but for managed
+	// fields: a VM controller reads them as KubeVirt's does, from a cache
+	// with a GET when it misses. Empty when the cluster does not serve them.
+	Instancetypes map[schema.GroupVersionResource]cache.SharedIndexInformer
 
 	dynamic dynamic.Interface
 }
+
+// The instance type and preference resources (instancetype.kubevirt.io).
+var (
+	InstancetypeGVR        = schema.GroupVersionResource{Group: "instancetype.kubevirt.io", Version: "v1beta1", Resource: "virtualmachineinstancetypes"}
+	ClusterInstancetypeGVR = InstancetypeGVR.GroupVersion().WithResource("virtualmachineclusterinstancetypes")
+	PreferenceGVR          = InstancetypeGVR.GroupVersion().WithResource("virtualmachinepreferences")
+	ClusterPreferenceGVR   = InstancetypeGVR.GroupVersion().WithResource("virtualmachineclusterpreferences")
+)
 
 // DataVolumeGVR is CDI's DataVolume; only its phase and Ready condition are
 // read, which every version CDI serves has alike.
@@ -127,8 +140,25 @@ func (t *TemplateObjects) Run(ctx context.Context) error {
 			_ = t.CDIConfigs.SetTransform(trimCDIConfig)
 		}
 	}
+	if t.dynamic != nil {
+		if served, err := serves(t.kube, InstancetypeGVR); err != nil {
+			return err
+		} else if served {
+			t.Instancetypes = map[schema.GroupVersionResource]cache.SharedIndexInformer{}
+			for gvr, namespace := range map[schema.GroupVersionResource]string{InstancetypeGVR: t.namespace, PreferenceGVR: t.namespace,
+				ClusterInstancetypeGVR: "", ClusterPreferenceGVR: ""} {
+				i := dynamicinformer.NewFilteredDynamicInformer(t.dynamic, gvr, namespace, 0, cache.Indexers{}, nil).Informer()
+				_ = i.SetTransform(dropManagedFields)
+				t.Instancetypes[gvr] = i
+			}
+		}
+	}
+	informers := []cache.SharedIndexInformer{t.PVCInformer, t.QuotaInformer, t.NamespaceInformer, t.NADInformer, t.DataVolumes, t.CDIs, t.CDIConfigs}
+	for _, i := range t.Instancetypes {
+		informers = append(informers, i)
+	}
 	var synced []cache.InformerSynced
-	for _, i := range []cache.SharedIndexInformer{t.PVCInformer, t.QuotaInformer, t.NamespaceInformer, t.NADInformer, t.DataVolumes, t.CDIs, t.CDIConfigs} {
+	for _, i := range informers {
 		if i != nil {
 			go i.RunWithContext(ctx)
 			synced = append(synced, i.HasSynced)
@@ -138,6 +168,13 @@ func (t *TemplateObjects) Run(ctx context.Context) error {
 		return fmt.Errorf("template caches did not sync: %w", ctx.Err())
 	}
 	return nil
+}
+
+func dropManagedFields(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // TrimDataVolume keeps a DataVolume's name, namespace, UID,

@@ -60,7 +60,7 @@ func TestSyncPersistsTheFirmwareUUID(t *testing.T) {
 	if got != want {
 		t.Errorf("VM patch %s, want %s", got, want)
 	}
-	vmi, err := newVMI(vm, 0)
+	vmi, err := newVMI(vm, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

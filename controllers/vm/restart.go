@@ -1,12 +1,14 @@
 package vm
 
 import (
+	"context"
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/instancetype"
 )
 
 // restartMessage is the message of KubeVirt's RestartRequired condition.
@@ -232,15 +234,26 @@ func disksByName(ds []virtv1.Disk) map[string]*virtv1.Disk {
 }
 
 // judgeRestart judges the VM's template against the start the VMI runs.
-// A VM that names an instance type or preference is left unjudged: the
-// judgement needs them expanded, which virtshard does not do yet.
-func (c *Controller) judgeRestart(r *caches.Range, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) (restartVerdict, error) {
-	if vm.Spec.Instancetype != nil || vm.Spec.Preference != nil {
-		return restartUnjudged, nil
-	}
+// A VM with an instance type or preference is judged with both applied on
+// either side, the start's from the revisions it was pinned to, as
+// KubeVirt's syncRestartRequired; when either cannot be applied it is left
+// unjudged.
+func (c *Controller) judgeRestart(ctx context.Context, r *caches.Range, o *observed) (restartVerdict, error) {
+	vm, vmi := o.vm, o.vmi
 	started, err := lastStartedSpec(r, vm)
 	if err != nil || started == nil {
 		return restartUnjudged, err
+	}
+	if vm.Spec.Instancetype != nil || vm.Spec.Preference != nil || started.Instancetype != nil || started.Preference != nil {
+		current, ok := c.expanded(ctx, r, vm, &vm.Status)
+		if !ok {
+			return restartUnjudged, nil
+		}
+		last, ok := c.expanded(ctx, r, &virtv1.VirtualMachine{ObjectMeta: vm.ObjectMeta, Spec: *started}, &virtv1.VirtualMachineStatus{})
+		if !ok {
+			return restartUnjudged, nil
+		}
+		vm, started = current, &last.Spec
 	}
 	cfg := c.env.ClusterConfig.Current()
 	live := liveSettings{rollout: cfg.IsVMRolloutStrategyLiveUpdate(), nadRef: cfg.LiveUpdateNADRefEnabled()}
@@ -248,4 +261,18 @@ func (c *Controller) judgeRestart(r *caches.Range, vm *virtv1.VirtualMachine, vm
 		return restartRequired, nil
 	}
 	return restartNotRequired, nil
+}
+
+// expanded is a copy of vm with its instance type and preference (found
+// with status's refs) applied to its template, and whether they could be.
+func (c *Controller) expanded(ctx context.Context, r *caches.Range, vm *virtv1.VirtualMachine, status *virtv1.VirtualMachineStatus) (*virtv1.VirtualMachine, bool) {
+	out := vm.DeepCopy()
+	if out.Spec.Template == nil {
+		return out, true
+	}
+	res, err := c.resolve(ctx, r, out, status)
+	if err != nil {
+		return nil, false
+	}
+	return out, len(instancetype.Apply("spec", res.instancetype, res.preference, &out.Spec.Template.Spec, &out.Spec.Template.ObjectMeta)) == 0
 }

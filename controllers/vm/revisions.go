@@ -68,17 +68,27 @@ func startRevisionName(vm *virtv1.VirtualMachine) string {
 }
 
 // newStartRevision is the revision of vm's start: the spec, as KubeVirt
-// writes it ({"spec": …}, keys sorted as a map marshals them).
+// writes it ({"spec": …}, keys sorted as a map marshals them). The
+// instance type and preference are pinned in it to the revisions the
+// VM's status names, as KubeVirt pins them, so that a restart is judged
+// against what the VMI was started from.
 func newStartRevision(vm *virtv1.VirtualMachine, rng int) (*appsv1.ControllerRevision, error) {
-	raw, err := json.Marshal(vm.Spec)
+	spec := vm.Spec.DeepCopy()
+	if ref := vm.Status.InstancetypeRef; spec.Instancetype != nil && ref != nil && ref.ControllerRevisionRef != nil && ref.ControllerRevisionRef.Name != "" {
+		spec.Instancetype.RevisionName = ref.ControllerRevisionRef.Name
+	}
+	if ref := vm.Status.PreferenceRef; spec.Preference != nil && ref != nil && ref.ControllerRevisionRef != nil && ref.ControllerRevisionRef.Name != "" {
+		spec.Preference.RevisionName = ref.ControllerRevisionRef.Name
+	}
+	raw, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
 	}
-	var spec map[string]any
-	if err := json.Unmarshal(raw, &spec); err != nil {
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil {
 		return nil, err
 	}
-	data, err := json.Marshal(map[string]any{"spec": spec})
+	data, err := json.Marshal(map[string]any{"spec": fields})
 	if err != nil {
 		return nil, err
 	}

@@ -198,7 +198,7 @@ func TestNewVMIIsTheTemplateStampedWithTheVMsRange(t *testing.T) {
 			Spec:       virtv1.VirtualMachineInstanceSpec{Hostname: "db-host"},
 		}},
 	}
-	vmi, err := newVMI(vm, 5)
+	vmi, err := newVMI(vm, 5, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestNewVMIIsTheTemplateStampedWithTheVMsRange(t *testing.T) {
 	if vm.Spec.Template.ObjectMeta.Labels[shard.LabelRange] != "9" {
 		t.Error("the VM's template was modified")
 	}
-	if _, err := newVMI(&virtv1.VirtualMachine{}, 0); err == nil {
+	if _, err := newVMI(&virtv1.VirtualMachine{}, 0, nil); err == nil {
 		t.Error("a VM without a template gave a VMI")
 	}
 }

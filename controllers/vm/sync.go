@@ -16,8 +16,11 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/api/instancetype/v1beta1"
 
+	"github.com/virtshard/virtshard/controllers/apidefaults"
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/instancetype"
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
@@ -52,6 +55,8 @@ type observed struct {
 	// volumes is what the VM's DataVolumes and claims say, for the
 	// printable status.
 	volumes volumeState
+	// resolved are the instance type and preference the VM runs from.
+	resolved resolved
 }
 
 // volumeState is what KubeVirt's printable status reads of a VM's
@@ -180,7 +185,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 func (c *Controller) follow(ctx context.Context, it item, r *caches.Range, o *observed, syncErr **syncError) (time.Duration, error) {
 	if o.vmi != nil {
 		var err error
-		if o.restart, err = c.judgeRestart(r, o.vm, o.vmi); err != nil {
+		if o.restart, err = c.judgeRestart(ctx, r, o); err != nil {
 			return 0, err
 		}
 	}
@@ -246,17 +251,23 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 	if err := c.patchVMFinalizers(ctx, it, vm, patch.Manage(vm, virtv1.VirtualMachineControllerFinalizer)); err != nil {
 		return 0, err
 	}
+	r := c.env.Caches.Get(it.Range)
+	if r == nil {
+		return 0, nil
+	}
 	if vmi != nil {
-		r := c.env.Caches.Get(it.Range)
-		if r == nil {
-			return 0, nil
-		}
 		var err error
 		if o.vmi, err = c.bumpGeneration(ctx, it, r, vm, vmi); err != nil {
 			return 0, err
 		}
 		vmi = o.vmi
 	}
+	// KubeVirt's instance type sync: nothing else is done for a VM whose
+	// instance type or preference cannot be found or stored.
+	if err := c.syncInstancetypes(ctx, it, r, o); err != nil {
+		return instancetypeRetry, err
+	}
+	vm = o.vm
 	// KubeVirt's default: the DataVolumes first, and no start until they
 	// are populated (a halted VM gets them all the same).
 	if vm.Annotations[virtv1.ImmediateDataVolumeCreation] != "false" {
@@ -338,7 +349,9 @@ func (c *Controller) startAfterBackoff(ctx context.Context, it item, o *observed
 
 // newVMI renders the VMI of vm from its template, stamped with the VM's
 // range so that the VM's replica also holds it.
-func newVMI(vm *virtv1.VirtualMachine, rng int) (*virtv1.VirtualMachineInstance, error) {
+// A preference's autoattach choices go in first: they decide the default
+// input device (here) and pod interface (applyInstancetype).
+func newVMI(vm *virtv1.VirtualMachine, rng int, pref *v1beta1.VirtualMachinePreferenceSpec) (*virtv1.VirtualMachineInstance, error) {
 	if vm.Spec.Template == nil {
 		return nil, &syncError{reason: "FailedCreate", message: "the VM has no spec.template"}
 	}
@@ -359,8 +372,9 @@ func newVMI(vm *virtv1.VirtualMachine, rng int) (*virtv1.VirtualMachineInstance,
 	if vmi.Spec.Domain.Firmware.UUID == "" {
 		vmi.Spec.Domain.Firmware.UUID = legacyFirmwareUUID(vm.Name)
 	}
+	instancetype.ApplyAutoattach(pref, &vmi.Spec)
 	// An input device asked for but not described gets one by name; its
-	// bus and type are virt-api's defaults.
+	// bus and type are virt-api's defaults (or the preference's).
 	if d := &vmi.Spec.Domain.Devices; d.AutoattachInputDevice != nil && *d.AutoattachInputDevice && len(d.Inputs) == 0 {
 		d.Inputs = []virtv1.Input{{Name: "default-0"}}
 	}
@@ -374,6 +388,49 @@ func newVMI(vm *virtv1.VirtualMachine, rng int) (*virtv1.VirtualMachineInstance,
 		return f == virtv1.VirtualMachineControllerFinalizer
 	}), virtv1.VirtualMachineControllerFinalizer)
 	return vmi, nil
+}
+
+// applyInstancetype makes vmi the VM's instance type and preference
+// applied to its template, as KubeVirt's startVMI: with the default disks
+// and pod network first (which a preference tunes), the objects' names in
+// annotations. Conflicts (the template changed since the instance type was
+// stored) refuse the start.
+func (c *Controller) applyInstancetype(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, res resolved) error {
+	if res.none() {
+		return nil
+	}
+	fail := func(err error) error {
+		return &syncError{reason: "FailedCreate", message: "Failure while starting VMI: " + err.Error(),
+			event: "Error creating virtual machine instance: Failed to apply instancetype: " + err.Error()}
+	}
+	if err := apidefaults.SetVMDefaults(&vmi.Spec, c.env.ClusterConfig.Current()); err != nil {
+		return &syncError{reason: "FailedCreate", message: "Failure while starting VMI: " + err.Error(),
+			event: "Error creating virtual machine instance: " + err.Error()}
+	}
+	setNameAnnotation(vmi, instancetypeSide.get(vm), instancetypeSide, virtv1.InstancetypeAnnotation, virtv1.ClusterInstancetypeAnnotation)
+	setNameAnnotation(vmi, preferenceSide.get(vm), preferenceSide, virtv1.PreferenceAnnotation, virtv1.ClusterPreferenceAnnotation)
+	if conflicts := instancetype.Apply("spec", res.instancetype, res.preference, &vmi.Spec, &vmi.ObjectMeta); len(conflicts) > 0 {
+		return fail(conflicts.VMIError())
+	}
+	return nil
+}
+
+// setNameAnnotation records on the VMI which object of a side it runs
+// from, under the namespaced or the cluster-wide key by the matcher's kind
+// (none for an unknown kind).
+func setNameAnnotation(vmi *virtv1.VirtualMachineInstance, m *matcher, side matcherSide, namespacedKey, clusterKey string) {
+	if m == nil {
+		return
+	}
+	k, err := side.kindOf(m)
+	if err != nil {
+		return
+	}
+	key := clusterKey
+	if k.namespaced() {
+		key = namespacedKey
+	}
+	vmi.Annotations[key] = m.Name
 }
 
 // startPausedRequested reports a first state change request to start
@@ -401,8 +458,11 @@ func (c *Controller) createVMI(ctx context.Context, it item, o *observed) error 
 	if ready, err := c.ensureDataVolumes(ctx, it, vm); err != nil || !ready {
 		return err
 	}
-	vmi, err := newVMI(vm, it.Range)
+	vmi, err := newVMI(vm, it.Range, o.resolved.preference)
 	if err != nil {
+		return err
+	}
+	if err := c.applyInstancetype(vm, vmi, o.resolved); err != nil {
 		return err
 	}
 	// A start takes the template as it is: nothing is left to restart

@@ -62,7 +62,7 @@ func newVM(strategy virtv1.VirtualMachineRunStrategy) *virtv1.VirtualMachine {
 
 // vmiOf is the VMI the VM controller created for vm, running.
 func vmiOf(t *testing.T, vm *virtv1.VirtualMachine, rng int) *virtv1.VirtualMachineInstance {
-	vmi, err := newVMI(vm, rng)
+	vmi, err := newVMI(vm, rng, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Command crdgen writes KubeVirt's CRDs as virt-operator v1.8.1 generates
-// them, one YAML file per CRD: into OUTPUT_DIR the six that virtshard
-// manages, with the kustomization.yaml that lists them (deploy/default
-// includes the directory); with -others DIR, into DIR the other thirteen
+// them, one YAML file per CRD: into OUTPUT_DIR the ten that virtshard
+// manages or reads, with the kustomization.yaml that lists them
+// (deploy/default includes the directory); with -others DIR, into DIR the
+// other nine
 // that virt-operator installs, which only KubeVirt's own virt-controller
 // needs: it starts an informer on each (bench/kubevirt applies them); with
 // -cdi DIR, into DIR the CRDs of CDI v1.64.0 (the version KubeVirt v1.8.1
@@ -26,13 +27,16 @@ import (
 
 type generator = func() (*extv1.CustomResourceDefinition, error)
 
-// managed are the CRDs virtshard manages.
+// managed are the CRDs virtshard manages or reads.
 var managed = []generator{
 	components.NewVirtualMachineInstanceCrd,
 	components.NewVirtualMachineCrd,
 	components.NewVirtualMachineInstanceMigrationCrd,
 	components.NewReplicaSetCrd,
 	components.NewVirtualMachinePoolCrd,
+	// The instance types and preferences VMs name.
+	components.NewVirtualMachineInstancetypeCrd, components.NewVirtualMachineClusterInstancetypeCrd,
+	components.NewVirtualMachinePreferenceCrd, components.NewVirtualMachineClusterPreferenceCrd,
 	// The KubeVirt CR, whose spec.configuration the replicas follow
 	// (controllers/clusterconfig).
 	components.NewKubeVirtCrd,
@@ -44,10 +48,8 @@ var managed = []generator{
 var others = []generator{
 	components.NewPresetCrd,
 	components.NewVirtualMachineSnapshotCrd, components.NewVirtualMachineSnapshotContentCrd,
-	components.NewVirtualMachineRestoreCrd, components.NewVirtualMachineInstancetypeCrd,
-	components.NewVirtualMachineClusterInstancetypeCrd,
-	components.NewMigrationPolicyCrd, components.NewVirtualMachinePreferenceCrd,
-	components.NewVirtualMachineClusterPreferenceCrd, components.NewVirtualMachineExportCrd,
+	components.NewVirtualMachineRestoreCrd,
+	components.NewMigrationPolicyCrd, components.NewVirtualMachineExportCrd,
 	components.NewVirtualMachineCloneCrd, components.NewVirtualMachineBackupCrd,
 	components.NewVirtualMachineBackupTrackerCrd,
 }

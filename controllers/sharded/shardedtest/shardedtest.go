@@ -170,14 +170,24 @@ func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
 			a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).CreationTimestamp = metav1.Now()
 			return false, nil, nil
 		})
-		// CDI is served when the test brings DataVolumes.
 		f.Dynamic = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 			map[schema.GroupVersionResource]string{caches.DataVolumeGVR: "DataVolumeList",
 				caches.DataVolumeGVR.GroupVersion().WithResource("cdis"):       "CDIList",
-				caches.DataVolumeGVR.GroupVersion().WithResource("cdiconfigs"): "CDIConfigList"}, unstructuredObjects...)
+				caches.DataVolumeGVR.GroupVersion().WithResource("cdiconfigs"): "CDIConfigList",
+				caches.InstancetypeGVR: "VirtualMachineInstancetypeList", caches.ClusterInstancetypeGVR: "VirtualMachineClusterInstancetypeList",
+				caches.PreferenceGVR: "VirtualMachinePreferenceList", caches.ClusterPreferenceGVR: "VirtualMachineClusterPreferenceList"},
+			unstructuredObjects...)
+		// CDI is served when the test brings unstructured objects, the
+		// instance types when it brings one of them.
 		if len(unstructuredObjects) > 0 {
 			f.Kube.Resources = []*metav1.APIResourceList{{GroupVersion: caches.DataVolumeGVR.GroupVersion().String(),
 				APIResources: []metav1.APIResource{{Name: caches.DataVolumeGVR.Resource, Namespaced: true, Kind: "DataVolume"}}}}
+		}
+		if slices.ContainsFunc(unstructuredObjects, func(o runtime.Object) bool {
+			return o.GetObjectKind().GroupVersionKind().Group == caches.InstancetypeGVR.Group
+		}) {
+			f.Kube.Resources = append(f.Kube.Resources, &metav1.APIResourceList{GroupVersion: caches.InstancetypeGVR.GroupVersion().String(),
+				APIResources: []metav1.APIResource{{Name: caches.InstancetypeGVR.Resource, Namespaced: true}}})
 		}
 	}
 	// The namespace cache is metadata only: the cluster's namespaces as such.

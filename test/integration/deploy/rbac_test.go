@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -39,6 +40,7 @@ import (
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
+	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/node"
 	"github.com/virtshard/virtshard/test/clustertest"
 	"github.com/virtshard/virtshard/test/controllertest"
@@ -67,6 +69,13 @@ var rarelyCalled = map[access]string{
 	{"get", "kubevirt.io", "virtualmachineinstances"}: "the status batcher re-reads a VMI whose patch conflicted; the VM controller tells " +
 		"a VMI its create made from a foreign one or an orphan of that name; the migration controller checks a VMI missing from its cache",
 	{"delete", "apps", "controllerrevisions"}: "the VM controller deletes a VM's older start revisions when it starts the VM at a new generation",
+	{"get", "apps", "controllerrevisions"}: "the VM controller reads an instance type's revision its range cache does not hold yet, " +
+		"or the one a create was answered AlreadyExists for",
+	{"get", "instancetype.kubevirt.io", "virtualmachineinstancetypes"}: "the VM controller reads an instance type or preference " +
+		"its cache does not hold yet (KubeVirt's finders)",
+	{"get", "instancetype.kubevirt.io", "virtualmachineclusterinstancetypes"}: "the same",
+	{"get", "instancetype.kubevirt.io", "virtualmachinepreferences"}:          "the same",
+	{"get", "instancetype.kubevirt.io", "virtualmachineclusterpreferences"}:   "the same",
 	{"list", "k8s.cni.cncf.io", "network-attachment-definitions"}: "NetworkAttachmentDefinitions are watched only where Multus' CRD is " +
 		"installed (not on the local cluster), for the launcher pod's SR-IOV resources",
 	{"watch", "k8s.cni.cncf.io", "network-attachment-definitions"}: "the same",
@@ -451,6 +460,48 @@ func (w *rbacWorkload) run() {
 		_, err := w.kv.VirtualMachines(w.ns).Get(ctx, "disks", metav1.GetOptions{})
 		return err
 	})
+
+	// A halted VM with a cluster-wide instance type and a namespaced
+	// preference: the VM controller stores both as revisions and names them
+	// in the VM's status.
+	itName := "rbac-" + w.ns
+	for _, o := range []struct {
+		gvr      schema.GroupVersionResource
+		kind, ns string
+		name     string
+		spec     map[string]any
+	}{
+		{caches.ClusterInstancetypeGVR, "VirtualMachineClusterInstancetype", "", itName, map[string]any{"cpu": map[string]any{"guest": int64(1)}, "memory": map[string]any{"guest": "64Mi"}}},
+		{caches.PreferenceGVR, "VirtualMachinePreference", w.ns, "pref", map[string]any{"devices": map[string]any{"preferredDiskBus": "virtio"}}},
+	} {
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "instancetype.kubevirt.io/v1beta1", "kind": o.kind,
+			"metadata": map[string]any{"name": o.name}, "spec": o.spec}}
+		if _, err := dyn.Resource(o.gvr).Namespace(o.ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = dyn.Resource(caches.ClusterInstancetypeGVR).Delete(context.Background(), itName, metav1.DeleteOptions{})
+	})
+	sized := template.DeepCopy()
+	sized.Spec.Domain.Resources = virtv1.ResourceRequirements{}
+	typed := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "typed"},
+		Spec: virtv1.VirtualMachineSpec{RunStrategy: &halted, Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: sized.Spec},
+			Instancetype: &virtv1.InstancetypeMatcher{Name: itName},
+			Preference:   &virtv1.PreferenceMatcher{Name: "pref", Kind: "VirtualMachinePreference"}},
+	}
+	if _, err := w.kv.VirtualMachines(w.ns).Create(ctx, typed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.poll("VM typed's instance type and preference revisions in its status", func(ctx context.Context) bool {
+		got, err := w.kv.VirtualMachines(w.ns).Get(ctx, "typed", metav1.GetOptions{})
+		return err == nil && got.Status.InstancetypeRef != nil && got.Status.InstancetypeRef.ControllerRevisionRef != nil &&
+			got.Status.PreferenceRef != nil && got.Status.PreferenceRef.ControllerRevisionRef != nil
+	})
+	if err := w.kv.VirtualMachines(w.ns).Delete(ctx, "typed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Halting the VM deletes its VMI; deleting the VM and the VMI releases
 	// their finalizers.
