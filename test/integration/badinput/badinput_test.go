@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -37,6 +38,7 @@ import (
 	"github.com/virtshard/virtshard/bench/cdi"
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/client/kubevirt"
+	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/pool"
 	"github.com/virtshard/virtshard/controllers/replicaset"
@@ -485,6 +487,39 @@ func cases() []badCase {
 				return ""
 			}
 		}},
+		{"vm-names-a-missing-instancetype", func(e *env) func(context.Context) string {
+			vm := typedVM("untyped", "no-such-type")
+			if _, err := e.kv.VirtualMachines(e.ns).Create(context.Background(), vm, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			return func(ctx context.Context) string {
+				// KubeVirt's FailedFindInstancetype: a condition, no event.
+				return e.vmFailureSaying(ctx, vm.Name, "FailedFindInstancetype", `"no-such-type" not found`)
+			}
+		}},
+		{"vm-template-conflicts-with-its-instancetype", func(e *env) func(context.Context) string {
+			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "instancetype.kubevirt.io/v1beta1",
+				"kind": "VirtualMachineInstancetype", "metadata": map[string]any{"name": "fixed", "annotations": map[string]any{"example.com/token": secret}},
+				"spec": map[string]any{"cpu": map[string]any{"guest": int64(2)}, "memory": map[string]any{"guest": "64Mi"}}}}
+			if _, err := dynamic.NewForConfigOrDie(clustertest.Config(e.t)).Resource(caches.InstancetypeGVR).Namespace(e.ns).
+				Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			vm := typedVM("conflicted", "fixed")
+			vm.Spec.Template.Spec.Domain.CPU = &virtv1.CPU{Sockets: 4}
+			if _, err := e.kv.VirtualMachines(e.ns).Create(context.Background(), vm, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			return func(ctx context.Context) string {
+				if msg := e.vmFailureSaying(ctx, vm.Name, "FailedCreate", "spec.template.spec.domain.cpu.sockets conflicts with selected instance type"); msg != "" {
+					return msg
+				}
+				if !e.hasEvent(ctx, vm.Name, "FailedCreate") {
+					return "no event FailedCreate"
+				}
+				return ""
+			}
+		}},
 		{"vm-name-taken-by-foreign-vmi", func(e *env) func(context.Context) string {
 			// Controlled by another owner, a real one that the garbage
 			// collector keeps: an orphan would be adopted, as KubeVirt does.
@@ -803,4 +838,37 @@ func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return total
+}
+
+// typedVM is a running VM named name whose template names the namespaced
+// instance type instancetype and sets no sizes of its own.
+func typedVM(name, instancetype string) *virtv1.VirtualMachine {
+	template := workload.AsWritten(name)
+	template.Spec.Domain.Resources, template.Spec.Domain.CPU = virtv1.ResourceRequirements{}, nil
+	vm := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: virtv1.VirtualMachineSpec{RunStrategy: ptr.To(virtv1.RunStrategyAlways),
+			Instancetype: &virtv1.InstancetypeMatcher{Name: instancetype, Kind: "VirtualMachineInstancetype"},
+			Template:     &virtv1.VirtualMachineInstanceTemplateSpec{Spec: template.Spec}},
+	}
+	withSecret(&vm.ObjectMeta)
+	return vm
+}
+
+// vmFailureSaying is "" once VM name has a Failure condition of reason
+// whose message holds text and no VMI, else what is missing.
+func (e *env) vmFailureSaying(ctx context.Context, name, reason, text string) string {
+	got, err := e.kv.VirtualMachines(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	if !slices.ContainsFunc(got.Status.Conditions, func(c virtv1.VirtualMachineCondition) bool {
+		return c.Type == virtv1.VirtualMachineFailure && c.Reason == reason && strings.Contains(c.Message, text)
+	}) {
+		return fmt.Sprintf("no Failure condition %s saying %q: %+v", reason, text, got.Status.Conditions)
+	}
+	if _, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return fmt.Sprintf("VMI of the failed VM: %v", err)
+	}
+	return ""
 }

@@ -484,7 +484,7 @@ func (w *rbacWorkload) run() {
 		_ = dyn.Resource(caches.ClusterInstancetypeGVR).Delete(context.Background(), itName, metav1.DeleteOptions{})
 	})
 	sized := template.DeepCopy()
-	sized.Spec.Domain.Resources = virtv1.ResourceRequirements{}
+	sized.Spec.Domain.Resources, sized.Spec.Domain.CPU = virtv1.ResourceRequirements{}, nil
 	typed := &virtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: "typed"},
 		Spec: virtv1.VirtualMachineSpec{RunStrategy: &halted, Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: sized.Spec},
