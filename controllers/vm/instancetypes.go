@@ -166,7 +166,9 @@ func (c *Controller) syncInstancetypes(ctx context.Context, it item, r *caches.R
 		return &syncError{reason: "FailedCreate", message: "error encountered while storing instancetype.kubevirt.io controllerRevisions: " + err.Error()}
 	}
 	c.wrote(it.Range, patched)
-	o.vm = patched
+	// As KubeVirt's patchVM: metadata and status from the answer, the
+	// spec as the sync has it.
+	o.vm.ObjectMeta, o.vm.Status = patched.ObjectMeta, patched.Status
 	return nil
 }
 
@@ -335,9 +337,14 @@ func (c *Controller) createRevision(ctx context.Context, it item, side matcherSi
 		if err != nil {
 			return "", err
 		}
-		// Checked on copies: the VM's template stays as written.
-		template := vm.Spec.Template.DeepCopy()
-		if conflicts := instancetype.Apply("spec.template.spec", spec, nil, &template.Spec, &template.ObjectMeta); len(conflicts) > 0 {
+		// Checked on a copy of the template's spec, but, as KubeVirt's
+		// checkForInstancetypeConflicts, with the instance type's
+		// annotations merged into the sync's own VM: a start in the same
+		// sync stores them in its start revision, which then differs from
+		// the template (the VMI's generation is not moved on after a spec
+		// change outside the template).
+		template := vm.Spec.Template.Spec.DeepCopy()
+		if conflicts := instancetype.Apply("spec.template.spec", spec, nil, template, &vm.Spec.Template.ObjectMeta); len(conflicts) > 0 {
 			return "", fmt.Errorf("VM field(s) %s conflicts with selected instance type", conflicts)
 		}
 	}
