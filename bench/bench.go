@@ -46,6 +46,10 @@ const (
 	// ScenarioKubeVirt runs the throughput burst through KubeVirt v1.8.1's
 	// own virt-controller (bench/kubevirt) instead of virtshard.
 	ScenarioKubeVirt = "kubevirt"
+	// ScenarioFleet scales a VMI replica set of --vmis members up and down
+	// and runs a pool of a tenth as many VMs with DataVolumes, under
+	// KubeVirt's virt-controller and then under --replicas replicas.
+	ScenarioFleet = "fleet"
 )
 
 var seriesScenarios = []string{ScenarioPodCeiling, ScenarioFloor}
@@ -66,6 +70,7 @@ var scenarioDefaults = map[string]struct {
 	ScenarioMigrations: {1000, 3, 0},
 	ScenarioChaos:      {20000, 4, 20},
 	ScenarioKubeVirt:   {2000, 1, 0},
+	ScenarioFleet:      {5000, 3, 0},
 }
 
 // Suites run many scenarios and write BENCHMARKS.md's generated section.

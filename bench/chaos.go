@@ -148,6 +148,11 @@ func (c *chaosSetup) stop() {
 // chaosPartition. The API server's audit log of the replicas' writes is then
 // checked for writes outside the writer's tenure of the object's range.
 func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
+	fleets, err := r.startChaosFleets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer fleets.watch.stop()
 	f := r.newFlow("vmi", r.vmis, r.rate)
 	stop := make(chan struct{})
 	var records []FaultRecord
@@ -162,11 +167,14 @@ func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep, err := r.report(ctx, m, r.vmis)
+	fleetRun := fleets.finish(ctx)
+	rep, err := r.report(ctx, m, r.vmis+fleetRun.ReplicaSetMembers+fleetRun.PoolMembers)
 	if err != nil {
 		return nil, err
 	}
 	rep.Faults = records
+	fleetRun.DuplicateLauncherPods = rep.DuplicateLauncherPods
+	rep.Fleets = []FleetRun{fleetRun}
 	// The API server restart replaced its process and reset its request
 	// counters: its CPU time, the writes it served and the watchers it
 	// closed over the run are not known.

@@ -211,6 +211,7 @@ type ReplicaStats struct {
 	PeakRSSBytes int64   `json:"peakRSSBytes"`
 	CPUSeconds   float64 `json:"cpuSeconds"`
 	CachedVMIs   int     `json:"cachedVMIs"`
+	CachedVMs    int     `json:"cachedVMs,omitempty"`
 	// WatchRestarts and Relists count the watches and lists its sharded
 	// informers opened after their first, over all resources.
 	WatchRestarts int `json:"watchRestarts"`
@@ -242,6 +243,7 @@ func (f *fleet) stats(ctx context.Context) ([]ReplicaStats, map[string]float64, 
 			PeakRSSBytes:  rss,
 			CPUSeconds:    cpu,
 			CachedVMIs:    int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachineinstances"})),
+			CachedVMs:     int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachines"})),
 			WatchRestarts: int(replicas.Sum(families, "virtshard_shard_watch_restarts_total", nil)),
 			Relists:       int(replicas.Sum(families, "virtshard_shard_relists_total", nil)),
 		})

@@ -111,6 +111,9 @@ type Report struct {
 	MinActiveAtSeconds   float64 `json:"minActiveAtSeconds"`
 	UnservedRangeSeconds float64 `json:"unservedRangeSeconds"`
 
+	// Fleet scenario: KubeVirt's virt-controller's run, then the replicas'.
+	Fleets []FleetRun `json:"fleets,omitempty"`
+
 	// Latency scenario: the open-loop runs (at --rate and at half the
 	// throughput measured first).
 	LatencyRuns []LatencyRun `json:"latencyRuns,omitempty"`
@@ -186,6 +189,10 @@ func (r *Report) writeText(out io.Writer) {
 		fmt.Fprintf(out, "control plane CPU seconds: %s\n", sortedMap(r.CeilingClusterCPUSeconds))
 		return
 	}
+	if r.Scenario == ScenarioFleet {
+		r.writeFleets(out)
+		return
+	}
 	fmt.Fprintf(out, "%s: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s (to Scheduled: %.1f VMIs/s); %d stuck, %d duplicate launcher pods\n",
 		r.Scenario, r.VMIs, r.Replicas, r.Running, r.DurationSeconds, r.VMIsPerSecond, r.ScheduledPerSecond, r.Stuck, r.DuplicateLauncherPods)
 	if r.Stopped != "" {
@@ -224,6 +231,7 @@ func (r *Report) writeText(out io.Writer) {
 	if r.QuietLatencySeconds != nil {
 		fmt.Fprintf(out, "latency of VMIs created outside every fault: %s\n", *r.QuietLatencySeconds)
 	}
+	r.writeFleets(out)
 	for _, f := range r.Faults {
 		fmt.Fprintf(out, "  fault at %5.1f s: %-17s %-12s lasted %4.1f s, all ranges acted on again %.2f s later\n",
 			f.AtSeconds, f.Kind, f.Replica, f.DurationSeconds, f.RecoverySeconds)
@@ -272,6 +280,14 @@ func (r *Report) failures() []string {
 	}
 	if r.DuplicateLauncherPods > 0 {
 		out = append(out, fmt.Sprintf("%d duplicate launcher pods", r.DuplicateLauncherPods))
+	}
+	for _, f := range r.Fleets {
+		if f.NotReady != "" {
+			out = append(out, "fleets not ready: "+f.NotReady)
+		}
+		if n := f.DuplicateVMIs + f.DuplicateVMs; n != 0 {
+			out = append(out, fmt.Sprintf("fleets: %d VMIs and %d VMs created beyond one per member", f.DuplicateVMIs, f.DuplicateVMs))
+		}
 	}
 	if r.FencedWriteViolations == nil || *r.FencedWriteViolations > 0 {
 		out = append(out, "fenced-write violations (see the report)")

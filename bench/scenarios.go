@@ -14,7 +14,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -98,37 +100,45 @@ func (e *env) namespaces(ctx context.Context, names ...string) (func(), error) {
 // deleteNamespace deletes a run's namespace and waits until it is gone.
 // The namespace controller looks again at a namespace whose pods are
 // terminating only after half their grace period (45 s for a launcher
-// pod), and 8 s later at one with finalizers pending. So the VMIs go
-// first, their finalizers released by the bench (in a cluster the node
-// agents release them; kwok's Stage does it one VMI at a time, and no
-// controller runs any more), then the pods without grace, and the
-// namespace goes in one pass.
+// pod), and 8 s later at one with finalizers pending. So the pools, VMs
+// and VMIs go first, their finalizers released by the bench (in a cluster the
+// controllers and node agents release them; kwok's Stage does it one VMI
+// at a time, and no controller runs any more), then the pods without
+// grace, and the namespace goes in one pass.
 func (e *env) deleteNamespace(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	vmis := e.kv.VirtualMachineInstances(name)
-	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		left, err := vmis.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		if len(left.Items) == 0 {
-			return true, nil
-		}
-		workqueue.ParallelizeUntil(ctx, 16, len(left.Items), func(i int) {
-			if len(left.Items[i].Finalizers) > 0 {
-				_, _ = vmis.Patch(ctx, left.Items[i].Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-			}
-		})
-		// One delete-collection call can end at the server's request
-		// timeout before it reached every VMI (about 4,000 of 10,000
-		// here): the next round sends it again.
-		_ = vmis.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-		return false, nil
-	})
+	releaseAll(ctx, e.kv.Pools(name))
+	releaseAll(ctx, e.kv.VirtualMachines(name))
+	releaseAll(ctx, e.kv.VirtualMachineInstances(name))
 	_ = e.kube.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
 	_ = e.kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	_ = ceiling.WaitGone(ctx, e.kube, name)
+}
+
+// releaseAll deletes every object of c, releasing their finalizers, and
+// waits until none is left.
+func releaseAll[T, L kruntime.Object](ctx context.Context, c kubevirt.Client[T, L]) {
+	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := c.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		left, err := meta.ExtractList(list)
+		if err != nil || len(left) == 0 {
+			return err == nil, nil
+		}
+		workqueue.ParallelizeUntil(ctx, 16, len(left), func(i int) {
+			if m, err := meta.Accessor(left[i]); err == nil && len(m.GetFinalizers()) > 0 {
+				_, _ = c.Patch(ctx, m.GetName(), types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			}
+		})
+		// One delete-collection call can end at the server's request
+		// timeout before it reached every object (about 4,000 of 10,000
+		// VMIs here): the next round sends it again.
+		_ = c.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		return false, nil
+	})
 }
 
 // clusterCPU reads each control-plane process's CPU seconds so far.
@@ -239,6 +249,21 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		kubeconfigs = r.chaosSetup.kubeconfigs
 	}
 	e.logf("%s: starting %d replicas (logs in %s)", scenario, r.replicas, ropts.LogDir)
+	if scenario == ScenarioFleet {
+		report, err := r.fleets(ctx, ropts, ranges)
+		if r.fleet != nil {
+			r.fleet.stop()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if out != "" {
+			if err := r.writeFleetsOut(out, report); err != nil {
+				return nil, err
+			}
+		}
+		return report, nil
+	}
 	r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles, kubeconfigs)
 	if err != nil {
 		return nil, err

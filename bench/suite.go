@@ -87,6 +87,7 @@ var suites = map[string][]suiteRun{
 		// leader leases after 22 minutes (BENCHMARKS.md, 2026-12-02).
 		{ScenarioScale, 50000, 4, 4},
 		{ScenarioMigrations, 1000, 3, 0},
+		{ScenarioFleet, 5000, 3, 0},
 	}...),
 	SuiteSmoke: {
 		{ScenarioCeiling, 200, 0, 0},
@@ -98,6 +99,7 @@ var suites = map[string][]suiteRun{
 		{ScenarioFailover, 400, 4, 0},
 		{ScenarioRolling, 400, 4, 0},
 		{ScenarioMigrations, 100, 3, 0},
+		{ScenarioFleet, 60, 3, 0},
 	},
 }
 
@@ -235,6 +237,9 @@ func goals(reports []*Report) []goal {
 				m.Succeeded, m.Failed, m.MaxInFlightCluster, m.MaxOutboundPerNode, m.Samples, m.MigrationsPerSecond, m.DurationSeconds.P50, m.DurationSeconds.P99),
 			m.Succeeded == m.Migrations && m.MaxInFlightCluster <= m.LimitPerCluster && m.MaxOutboundPerNode <= m.LimitPerNode})
 	}
+	if r := find(reports, ScenarioFleet, 0); r != nil && len(r.Fleets) == 2 {
+		out = append(out, fleetGoal(r.Fleets[0], r.Fleets[1]))
+	}
 	if r := find(reports, ScenarioRolling, 0); r != nil {
 		out = append(out, goal{"rolling: every handoff", "≤ 2 s", fmt.Sprintf("max %.2f s of %d", r.TakeoverSeconds, len(r.HandoffSeconds)),
 			r.TakeoverSeconds <= 2 && r.Stuck == 0 && r.DuplicateLauncherPods == 0})
@@ -315,6 +320,11 @@ func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error 
 		fmt.Fprintln(w)
 	}
 	sideBySide(w, reports)
+	if r := find(reports, ScenarioFleet, 0); r != nil {
+		fmt.Fprintf(w, "\nFleets (`%s`): each phase timed from the bench's write to the state the controller reports, polled every 250 ms; "+
+			"writes per member are the controller's own, events and Leases apart; CPU and cached members per process:\n\n", suiteRun{r.Scenario, r.VMIs, r.Replicas, 0}.command())
+		writeFleetsMarkdown(w, r)
+	}
 	fmt.Fprintln(w, "\nEvery run:")
 	fmt.Fprintln(w)
 	writeMarkdown(w, reports)

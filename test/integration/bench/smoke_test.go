@@ -56,6 +56,10 @@ func TestSmoke(t *testing.T) {
 	}
 	for _, r := range reports {
 		t.Run(r.Dir(), func(t *testing.T) {
+			if r.Scenario == bench.ScenarioFleet {
+				checkFleets(t, r, filepath.Join(o.Out, r.Dir()))
+				return
+			}
 			if r.Running != r.VMIs || r.Stuck != 0 {
 				t.Errorf("%d of %d Running, %d stuck", r.Running, r.VMIs, r.Stuck)
 			}
@@ -166,5 +170,56 @@ func TestSmoke(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkFleets checks a fleet run: both controllers through every phase;
+// the replicas with no member made twice, each member in exactly one
+// replica's caches at the fleets' peaks, and a replica set's growth within
+// the writes of its VMIs plus their creates.
+func checkFleets(t *testing.T, r *bench.Report, dir string) {
+	if len(r.Fleets) != 2 {
+		t.Fatalf("%d fleet runs, want KubeVirt's and the replicas'", len(r.Fleets))
+	}
+	for _, run := range r.Fleets {
+		if len(run.Phases) != 4 {
+			t.Errorf("%s: %d phases, want 4", run.Controller, len(run.Phases))
+			continue
+		}
+		for _, p := range run.Phases {
+			if p.Seconds <= 0 || len(p.Processes) == 0 {
+				t.Errorf("%s, %s: %.1f s, %d processes: not measured", run.Controller, p.Name, p.Seconds, len(p.Processes))
+			}
+		}
+		if creates := run.Phases[0].WritesPerMember.ByVerbResource["create virtualmachineinstances"]; creates != 1 {
+			t.Errorf("%s: %.2f VMI creates per member of the replica set, want 1", run.Controller, creates)
+		}
+	}
+	vs := r.Fleets[1]
+	if vs.DuplicateVMIs != 0 || vs.DuplicateVMs != 0 || vs.DuplicateLauncherPods != 0 {
+		t.Errorf("%s: duplicates: %d VMIs, %d VMs, %d launcher pods", vs.Controller, vs.DuplicateVMIs, vs.DuplicateVMs, vs.DuplicateLauncherPods)
+	}
+	if len(vs.Phases) == 4 {
+		cached := func(p bench.FleetPhase) (vmis, vms int) {
+			for _, l := range p.Processes {
+				vmis, vms = vmis+l.CachedVMIs, vms+l.CachedVMs
+			}
+			return vmis, vms
+		}
+		if vmis, _ := cached(vs.Phases[0]); len(vs.Phases[0].Processes) != r.Replicas || vmis != vs.ReplicaSetMembers {
+			t.Errorf("replica set ready: %d processes cache %d VMIs together, want %d replicas caching each of %d once",
+				len(vs.Phases[0].Processes), vmis, r.Replicas, vs.ReplicaSetMembers)
+		}
+		if vmis, vms := cached(vs.Phases[2]); vmis != vs.PoolMembers || vms != vs.PoolMembers {
+			t.Errorf("pool ready: the replicas cache %d VMIs and %d VMs together, want each of %d once", vmis, vms, vs.PoolMembers)
+		}
+		if w := vs.Phases[0].WritesPerMember; w.Total > 1+smallRunWritesPerVMI {
+			t.Errorf("replica set growth: %.2f writes per member %v, want at most %.2f", w.Total, w.ByVerbResource, 1+smallRunWritesPerVMI)
+		}
+	}
+	for _, file := range []string{"report.json", "fleets.svg", "cpu-virtshard-0.pprof"} {
+		if fi, err := os.Stat(filepath.Join(dir, file)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s missing or empty in --out: %v", file, err)
+		}
 	}
 }
