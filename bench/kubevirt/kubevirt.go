@@ -329,9 +329,12 @@ func (c *Controller) LogPath() string { return filepath.Join(c.opts.LogDir, "vir
 // self-signed certificate.
 func (c *Controller) MetricsURL() string { return "https://" + c.address + "/metrics" }
 
-// Scrape reads virt-controller's metrics.
+// Scrape reads virt-controller's metrics. It may take long: with 5,000
+// VMIs and their pods a scrape outlasted the 5 s the probes allow.
 func (c *Controller) Scrape(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	return endpoint.Metrics(ctx, c.http, c.MetricsURL(), "virt-controller")
+	client := *c.http
+	client.Timeout = 2 * time.Minute
+	return endpoint.Metrics(ctx, &client, c.MetricsURL(), "virt-controller")
 }
 
 // RequestsMetric counts virt-controller's API requests (KubeVirt's

@@ -28,6 +28,7 @@ import (
 const (
 	ReasonAffinityChange    = "AffinityChangeError"
 	ReasonTolerationsChange = "TolerationsChangeError"
+	ReasonVolumesUpdate     = "VolumesUpdateError"
 )
 
 // liveChangesApply reports whether this sync takes the template's live
@@ -92,6 +93,65 @@ func (c *Controller) applyLiveChanges(ctx context.Context, it item, o *observed)
 	if tolerations && migrating {
 		return &syncError{reason: ReasonTolerationsChange, silent: true,
 			message: "Error encountered while handling tolerations change request: tolerations should not be changed during VMI migration"}
+	}
+	if o.strategy == virtv1.RunStrategyWaitAsReceiver {
+		return c.describeReceivedVolumes(ctx, it, o)
+	}
+	return nil
+}
+
+// describeReceivedVolumes records once on a receiver VMI the claims its
+// VM's volumes use, as the destinations of the migration that brings it
+// (KubeVirt's handleWaitAsReceiverVolumeInfo): each template volume whose
+// claim exists, with the claim's mode, access modes, requests and
+// capacity. The patch is KubeVirt's: a test that the VMI has none, then a
+// replace.
+func (c *Controller) describeReceivedVolumes(ctx context.Context, it item, o *observed) error {
+	vmi := o.vmi
+	if vmi.IsMigrationCompleted() || len(vmi.Status.MigratedVolumes) > 0 {
+		return nil
+	}
+	var volumes []virtv1.StorageMigratedVolumeInfo
+	for _, v := range o.vm.Spec.Template.Spec.Volumes {
+		var claim string
+		switch {
+		case v.DataVolume != nil:
+			claim = v.DataVolume.Name
+		case v.PersistentVolumeClaim != nil:
+			claim = v.PersistentVolumeClaim.ClaimName
+		case v.MemoryDump != nil:
+			claim = v.MemoryDump.ClaimName
+		default:
+			continue
+		}
+		pvc, ok := c.env.Objects.PVC(vmi.Namespace, claim)
+		if !ok {
+			continue
+		}
+		volumes = append(volumes, virtv1.StorageMigratedVolumeInfo{VolumeName: v.Name, DestinationPVCInfo: &virtv1.PersistentVolumeClaimInfo{
+			ClaimName: claim, VolumeMode: pvc.Spec.VolumeMode, AccessModes: pvc.Spec.AccessModes,
+			Requests: pvc.Spec.Resources.Requests, Capacity: pvc.Status.Capacity,
+		}})
+	}
+	if len(volumes) == 0 {
+		return nil
+	}
+	body, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/status/migratedVolumes", "value": nil},
+		{"op": "replace", "path": "/status/migratedVolumes", "value": volumes},
+	})
+	if err != nil {
+		return err
+	}
+	updated, ok, err := sharded.SendPatch(ctx, c.rt.Writer, it.Range, body, func(ctx context.Context, body []byte) (*virtv1.VirtualMachineInstance, error) {
+		return c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+	})
+	if err != nil {
+		return &syncError{reason: ReasonVolumesUpdate, silent: true,
+			message: "error encountered while handling wait as receiver volume migration requests: " + err.Error()}
+	}
+	if ok {
+		o.vmi = updated
 	}
 	return nil
 }

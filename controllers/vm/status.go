@@ -260,15 +260,24 @@ func printableStatus(o observed, failure *virtv1.VirtualMachineStartFailure) vir
 		return virtv1.VirtualMachineStatusErrImagePull
 	case vmi != nil && conditionIs(vmi, virtv1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, "ImagePullBackOff"):
 		return virtv1.VirtualMachineStatusImagePullBackOff
-	case (vmi == nil && o.creating) || (vmi != nil && !vmi.IsFinal() && !running):
+	case (vmi == nil && o.creating) || (vmi != nil && starting(vmi)):
 		return virtv1.VirtualMachineStatusStarting
 	case (vmi == nil || vmi.IsFinal()) && failure != nil && failure.ConsecutiveFailCount > 0 &&
 		(o.strategy == virtv1.RunStrategyAlways || o.strategy == virtv1.RunStrategyRerunOnFailure || o.strategy == virtv1.RunStrategyOnce):
 		return virtv1.VirtualMachineStatusCrashLoopBackOff
 	case vmi == nil || vmi.IsFinal():
 		return virtv1.VirtualMachineStatusStopped
+	case vmi.IsWaitingForSync() && o.strategy == virtv1.RunStrategyWaitAsReceiver:
+		return virtv1.VirtualMachineStatusWaitingForReceiver
 	}
 	return virtv1.VirtualMachineStatusUnknown
+}
+
+// starting: the VMI is on its way to Running (KubeVirt's
+// isVirtualMachineStatusStarting); one waiting for its migration's source
+// or in phase Unknown is not.
+func starting(vmi *virtv1.VirtualMachineInstance) bool {
+	return vmi.IsUnprocessed() || vmi.IsScheduling() || vmi.IsScheduled()
 }
 
 // setToStart is isSetToStart: the run strategy and requests want the VM

@@ -28,7 +28,7 @@ func TestRunStrategyFollowsKubeVirt(t *testing.T) {
 		{"an explicit strategy wins", virtv1.VirtualMachineSpec{RunStrategy: strategy(virtv1.RunStrategyRerunOnFailure)}, virtv1.RunStrategyRerunOnFailure, false},
 		{"both fields are refused", virtv1.VirtualMachineSpec{Running: ptr.To(true), RunStrategy: strategy(virtv1.RunStrategyOnce)}, "", true},
 		{"an unknown strategy is refused", virtv1.VirtualMachineSpec{RunStrategy: strategy("Sometimes")}, "", true},
-		{"WaitAsReceiver is not supported", virtv1.VirtualMachineSpec{RunStrategy: strategy(virtv1.RunStrategyWaitAsReceiver)}, "", true},
+		{"WaitAsReceiver is one", virtv1.VirtualMachineSpec{RunStrategy: strategy(virtv1.RunStrategyWaitAsReceiver)}, virtv1.RunStrategyWaitAsReceiver, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -314,8 +315,53 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 		if alive {
 			return 0, c.stopVMI(ctx, it, o)
 		}
+	case virtv1.RunStrategyWaitAsReceiver:
+		// The VM arrives by a decentralized migration into a receiver VMI
+		// (newVMI marks it), which no one can start by accident. Once the
+		// migration completed, the VMI is an ordinary one and the VM gets
+		// back the run strategy it had (KubeVirt's syncRunStrategy).
+		switch {
+		case vmi == nil:
+			return 0, c.createVMI(ctx, it, o)
+		case vmi.IsMigrationTarget():
+		case vmi.IsMigrationCompleted():
+			return 0, c.restoreRunStrategy(ctx, it, o)
+		default:
+			return 0, &syncError{reason: "FailedCreate", message: "Found non receiver VMI while VM is receiver"}
+		}
 	}
 	return 0, nil
+}
+
+// restoreRunStrategy gives a VM whose decentralized migration completed
+// the run strategy its kubevirt.io/restore-run-strategy annotation keeps,
+// once every VMI it created or deleted is seen, as KubeVirt's sync updates
+// the VM after syncRunStrategy restored it.
+func (c *Controller) restoreRunStrategy(ctx context.Context, it item, o *observed) error {
+	vm := o.vm
+	restored, ok := vm.Annotations[virtv1.RestoreRunStrategy]
+	if !ok || !c.satisfied(it) {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": vm.ResourceVersion},
+		"spec":     map[string]any{"runStrategy": restored},
+	})
+	if err != nil {
+		return err
+	}
+	updated, ok, err := sharded.SendPatch(ctx, c.rt.Writer, it.Range, body, func(ctx context.Context, body []byte) (*virtv1.VirtualMachine, error) {
+		return c.env.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	})
+	if err != nil {
+		return &syncError{reason: "FailedUpdate", silent: true,
+			message: fmt.Sprintf("Error encountered when trying to update vm according to add volume and/or memory dump requests: %v", err)}
+	}
+	if ok {
+		o.vm = updated
+		c.wrote(it.Range, updated)
+	}
+	return nil
 }
 
 // requests reads the first state change request: Start, or Stop of the
@@ -363,6 +409,12 @@ func newVMI(vm *virtv1.VirtualMachine, rng int, pref *v1beta1.VirtualMachinePref
 	vmi.ResourceVersion, vmi.UID = "", ""
 	if startPausedRequested(vm) {
 		vmi.Spec.StartStrategy = ptr.To(virtv1.StartStrategyPaused)
+	}
+	if vm.Spec.RunStrategy != nil && *vm.Spec.RunStrategy == virtv1.RunStrategyWaitAsReceiver {
+		if vmi.Annotations == nil {
+			vmi.Annotations = map[string]string{}
+		}
+		vmi.Annotations[virtv1.CreateMigrationTarget] = "true"
 	}
 	// A UUID that stays the VM's across restarts: derived from its name
 	// when the template has none (KubeVirt's CalculateLegacyUUID).
@@ -656,7 +708,7 @@ func runStrategy(vm *virtv1.VirtualMachine) (virtv1.VirtualMachineRunStrategy, *
 	case vm.Spec.RunStrategy != nil:
 		switch s := *vm.Spec.RunStrategy; s {
 		case virtv1.RunStrategyAlways, virtv1.RunStrategyRerunOnFailure, virtv1.RunStrategyManual,
-			virtv1.RunStrategyHalted, virtv1.RunStrategyOnce:
+			virtv1.RunStrategyHalted, virtv1.RunStrategyOnce, virtv1.RunStrategyWaitAsReceiver:
 			return s, nil
 		default:
 			return "", &syncError{reason: "FailedCreate", message: fmt.Sprintf("unknown runstrategy: %s", s)}

@@ -548,6 +548,36 @@ func computeFailed(pod *corev1.Pod) bool {
 	return false
 }
 
+// waitForSync: a receiver VMI waits, without a pod, for the decentralized
+// migration that brings its VM, as KubeVirt's updateStatus sets an
+// unprocessed migration target: phase WaitingForSync, Ready False
+// (PodNotExists).
+func waitForSync(at metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		if v.DeletionTimestamp != nil || rank(v.Status.Phase) > rank(virtv1.Pending) {
+			return false
+		}
+		v.Status.Phase = virtv1.WaitingForSync
+		vmistatus.RecordPhase(v, virtv1.WaitingForSync, at)
+		notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)
+		return true
+	}
+}
+
+// releaseReceiver: a receiver VMI deleted while it waits lets go at once,
+// as KubeVirt's updateStatus for a deleted WaitingForSync VMI: its own
+// finalizers, and the VM controller's once no VM owns it.
+func releaseReceiver(ownerGone bool) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		n := len(v.Finalizers)
+		v.Finalizers = slices.DeleteFunc(v.Finalizers, func(f string) bool {
+			return f == virtv1.VirtualMachineInstanceFinalizer || f == virtv1.DeprecatedVirtualMachineInstanceFinalizer ||
+				(ownerGone && f == virtv1.VirtualMachineControllerFinalizer)
+		})
+		return len(v.Finalizers) != n
+	}
+}
+
 func ensureFinalizer(v *virtv1.VirtualMachineInstance) {
 	if !slices.Contains(v.Finalizers, virtv1.VirtualMachineInstanceFinalizer) {
 		v.Finalizers = append(v.Finalizers, virtv1.VirtualMachineInstanceFinalizer)

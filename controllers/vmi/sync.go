@@ -74,6 +74,10 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 		if pod != nil {
 			return c.followPod(ctx, it, vmi, pod, pods)
 		}
+		if receiving(vmi) {
+			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, waitForSync(metav1.Now()))
+			return nil
+		}
 		if !satisfied {
 			return nil // our create is on its way to the cache
 		}
@@ -96,6 +100,10 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 			return nil // a launcher pod is never re-created after Pending
 		}
 		return c.followPod(ctx, it, vmi, pod, pods)
+	case virtv1.WaitingForSync:
+		// Its decentralized migration creates its pod and moves it on;
+		// virtshard does not run that migration yet (docs/kubevirt.md).
+		return nil
 	}
 	if satisfied {
 		// Final: what the pods left says, until deletion.
@@ -499,6 +507,14 @@ func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.Virt
 		return nil
 	}
 	if len(pods) == 0 {
+		if vmi.Status.Phase == virtv1.WaitingForSync {
+			owned, err := c.ownedByVM(ctx, vmi)
+			if err != nil {
+				return err
+			}
+			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, releaseReceiver(!owned))
+			return nil
+		}
 		c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, finalize)
 		return nil
 	}
@@ -515,6 +531,32 @@ func (c *Controller) syncDeletion(ctx context.Context, it item, vmi *virtv1.Virt
 		}
 	}
 	return nil
+}
+
+// receiving tells a receiver VMI, which a VM whose run strategy is
+// WaitAsReceiver creates, from the others: until a decentralized migration
+// names its target node it has no pod and waits (KubeVirt's
+// IsMigrationTarget without IsMigrationTargetNodeLabelSet).
+func receiving(vmi *virtv1.VirtualMachineInstance) bool {
+	_, labelled := vmi.Labels[virtv1.MigrationTargetNodeNameLabel]
+	return vmi.IsMigrationTarget() && !labelled
+}
+
+// ownedByVM reports whether the VM that controls vmi still exists (KubeVirt's
+// hasOwnerVM). Read from the API: asked only of a deleted receiver VMI.
+func (c *Controller) ownedByVM(ctx context.Context, vmi *virtv1.VirtualMachineInstance) (bool, error) {
+	ref := metav1.GetControllerOf(vmi)
+	if ref == nil || ref.Kind != virtv1.VirtualMachineGroupVersionKind.Kind {
+		return false, nil
+	}
+	vm, err := c.env.KubeVirt.VirtualMachines(vmi.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the VM of receiver VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return vm.UID == ref.UID, nil
 }
 
 // deletePod deletes a pod of the VMI it queued (grace nil: the pod's own),
