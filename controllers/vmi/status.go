@@ -551,12 +551,14 @@ func computeFailed(pod *corev1.Pod) bool {
 // waitForSync: a receiver VMI waits, without a pod, for the decentralized
 // migration that brings its VM, as KubeVirt's updateStatus sets an
 // unprocessed migration target: phase WaitingForSync, Ready False
-// (PodNotExists).
-func waitForSync(at metav1.Time) mutation {
+// (PodNotExists), DataVolumesReady, the API version observed.
+func (o observed) waitForSync(at metav1.Time) mutation {
 	return func(v *virtv1.VirtualMachineInstance) bool {
 		if v.DeletionTimestamp != nil || rank(v.Status.Phase) > rank(virtv1.Pending) {
 			return false
 		}
+		patch.ObserveAPIVersion(v)
+		setDataVolumesReady(v, dataVolumesOf(v, o.claims, o.dataVolumes))
 		v.Status.Phase = virtv1.WaitingForSync
 		vmistatus.RecordPhase(v, virtv1.WaitingForSync, at)
 		notReady(v, virtv1.PodNotExistsReason, msgPodNotExists, at)

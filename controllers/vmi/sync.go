@@ -75,7 +75,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 			return c.followPod(ctx, it, vmi, pod, pods)
 		}
 		if receiving(vmi) {
-			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, waitForSync(metav1.Now()))
+			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, c.observe(nil, nil).waitForSync(metav1.Now()))
 			return nil
 		}
 		if !satisfied {
