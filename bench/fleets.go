@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/virtshard/virtshard/bench/virtapi"
+	"k8s.io/client-go/dynamic"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,7 +109,11 @@ type FleetSample struct {
 }
 
 // fleets runs the scenario: KubeVirt's virt-controller first, alone, as it
-// acts on every namespace, then the replicas on the run's namespace.
+// acts on every namespace, then the replicas on the run's namespace. Both
+// namespaces have virt-api's mutating webhook played (bench/virtapi), as
+// in a KubeVirt install: without it KubeVirt's replica set members would
+// have no finalizer, and their deletion would ask nothing of
+// virt-controller.
 func (r *vmiRun) fleets(ctx context.Context, ropts replicas.Options, ranges int) (*Report, error) {
 	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Machine: r.machine()}
 	kvNamespace := r.ns + "-kubevirt"
@@ -115,6 +122,24 @@ func (r *vmiRun) fleets(ctx context.Context, ropts replicas.Options, ranges int)
 		return nil, err
 	}
 	defer cleanup()
+	hook, err := virtapi.Start(ctx, r.kube, "virtshard-bench-fleet")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = hook.Stop(context.WithoutCancel(ctx)) }()
+	dyn, err := dynamic.NewForConfig(r.cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, ns := range []string{kvNamespace, r.ns} {
+		body := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, virtapi.Label)
+		if _, err := r.kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+			return nil, fmt.Errorf("label namespace %s for virt-api's webhook: %w", ns, err)
+		}
+		if err := hook.WaitServed(ctx, dyn, ns); err != nil {
+			return nil, err
+		}
+	}
 	r.logf("%s: starting KubeVirt's virt-controller (log in %s)", r.scenario, ropts.LogDir)
 	kv, err := kubevirt.Start(ctx, r.copts, kubevirt.Options{LogDir: ropts.LogDir})
 	if err != nil {
@@ -334,12 +359,7 @@ func (w *fleetWatch) live(s *seen, fleet string) int {
 }
 
 func (r *vmiRun) watchFleets(ctx context.Context, ns string) (*fleetWatch, error) {
-	cfg, err := r.copts.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = -1, 0
-	md, err := metadata.NewForConfig(cfg)
+	md, err := metadata.NewForConfig(r.cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
@@ -35,8 +36,11 @@ import (
 // env is what every scenario runs against: the local cluster and its
 // clients.
 type env struct {
-	o        *Options
-	copts    cluster.Options
+	o     *Options
+	copts cluster.Options
+	// cfg is the bench's own client configuration (unthrottled), for the
+	// clients a scenario makes beyond kube and kv.
+	cfg      *rest.Config
 	kube     kubernetes.Interface
 	kv       *kubevirt.Clientset
 	progress io.Writer
@@ -60,7 +64,7 @@ func newEnv(o *Options, copts cluster.Options) (*env, error) {
 	if o.Output == "json" {
 		progress = nil
 	}
-	return &env{o: o, copts: copts, kube: kube, kv: kv, progress: progress}, nil
+	return &env{o: o, copts: copts, cfg: cfg, kube: kube, kv: kv, progress: progress}, nil
 }
 
 func (e *env) logf(format string, args ...any) {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/virtshard/virtshard/bench/virtapi"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -130,11 +132,11 @@ func Run(ctx context.Context, scenarios []*Scenario, opts Options) ([]Result, er
 		opts.Logf("writes will not be counted: %v", err)
 	}
 
-	hook, err := startWebhook(ctx, kube)
+	hook, err := virtapi.Start(ctx, kube, "virtshard-differential")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = hook.stop(context.WithoutCancel(ctx)) }()
+	defer func() { _ = hook.Stop(context.WithoutCancel(ctx)) }()
 	h.webhook = hook
 	if err := h.waitGarbageCollector(ctx); err != nil {
 		return nil, err
@@ -166,7 +168,7 @@ type harness struct {
 	// are counted.
 	kubeconfig string
 	audited    bool
-	webhook    *apiWebhook
+	webhook    *virtapi.Webhook
 	kube       kubernetes.Interface
 	dyn        dynamic.Interface
 	runner     *Runner
@@ -375,9 +377,9 @@ func (h *harness) freshNamespace(ctx context.Context, ns string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		_, err := h.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-			Labels: map[string]string{RunLabel: "true"}}}, metav1.CreateOptions{})
+			Labels: map[string]string{virtapi.Label: "true"}}}, metav1.CreateOptions{})
 		if err == nil {
-			return h.webhook.waitServed(ctx, h.dyn, ns)
+			return h.webhook.WaitServed(ctx, h.dyn, ns)
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create namespace %s: %w", ns, err)

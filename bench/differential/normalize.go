@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/virtshard/virtshard/bench/virtapi"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -102,7 +104,7 @@ func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 	for _, obj := range objs {
 		name := obj.GetName()
 		for _, from := range [][2]string{{"vm", name}, {"vmi", name}, {"vmi", "member-of-" + name}} {
-			n.replace[string(derivedUUID(from[0], from[1]))] = "<firmware:" + from[0] + "/" + from[1] + ">"
+			n.replace[string(virtapi.DerivedUUID(from[0], from[1]))] = "<firmware:" + from[0] + "/" + from[1] + ">"
 		}
 	}
 	n.numberPlaces(objs, names)

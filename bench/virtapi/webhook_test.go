@@ -1,4 +1,4 @@
-package differential
+package virtapi
 
 import (
 	"encoding/json"

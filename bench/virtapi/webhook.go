@@ -1,4 +1,8 @@
-package differential
+// Package virtapi plays virt-api's mutating webhook on the local cluster,
+// which has no virt-api, for the namespaces a bench run labels: the
+// differential harness's runs and the fleet scenario's, so that both
+// controllers meet the objects a KubeVirt install gives them.
+package virtapi
 
 import (
 	"context"
@@ -29,15 +33,10 @@ import (
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
 
-// RunLabel marks the namespaces of the harness's runs: its webhook acts
-// there only.
-const RunLabel = "differential.virtshard.io/run"
+// Label marks the namespaces the webhook acts in ("true").
+const Label = "bench.virtshard.io/virt-api"
 
-// webhookName names the MutatingWebhookConfiguration the harness
-// registers while it runs.
-const webhookName = "virtshard-differential"
-
-// apiWebhook plays virt-api's mutating webhook for the scenarios'
+// Webhook plays virt-api's mutating webhook for the scenarios'
 // namespaces, which the local cluster has no virt-api to mutate: a VMI,
 // whether a scenario or a controller creates it, gets virt-api's
 // create-time defaults (controllers/apidefaults, held against KubeVirt's
@@ -51,15 +50,17 @@ const webhookName = "virtshard-differential"
 // object's namespace-free name, so that both runs create the same objects.
 // virt-api's other VM defaults (SetVirtualMachineDefaults) are not
 // played: both controllers meet a VM as written.
-type apiWebhook struct {
+type Webhook struct {
+	name   string
 	kube   kubernetes.Interface
 	server *http.Server
 	caPEM  []byte
 	url    string
 }
 
-// startWebhook serves the webhook on a loopback port and registers it.
-func startWebhook(ctx context.Context, kube kubernetes.Interface) (*apiWebhook, error) {
+// Start serves the webhook on a loopback port and registers it as the
+// MutatingWebhookConfiguration name (replacing one a run left).
+func Start(ctx context.Context, kube kubernetes.Interface, name string) (*Webhook, error) {
 	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("webhook certificate: %w", err)
@@ -72,7 +73,7 @@ func startWebhook(ctx context.Context, kube kubernetes.Interface) (*apiWebhook, 
 	if err != nil {
 		return nil, err
 	}
-	w := &apiWebhook{kube: kube, caPEM: certPEM, url: "https://" + listener.Addr().String() + "/mutate"}
+	w := &Webhook{name: name, kube: kube, caPEM: certPEM, url: "https://" + listener.Addr().String() + "/mutate"}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mutate", w.serve)
 	w.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
@@ -85,25 +86,25 @@ func startWebhook(ctx context.Context, kube kubernetes.Interface) (*apiWebhook, 
 	return w, nil
 }
 
-// stop unregisters the webhook and stops serving it.
-func (w *apiWebhook) stop(ctx context.Context) error {
-	err := w.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhookName, metav1.DeleteOptions{})
+// Stop unregisters the webhook and stops serving it.
+func (w *Webhook) Stop(ctx context.Context) error {
+	err := w.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, w.name, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		err = nil
 	}
 	return errors.Join(err, w.server.Close())
 }
 
-func (w *apiWebhook) register(ctx context.Context) error {
+func (w *Webhook) register(ctx context.Context) error {
 	hook := func(name, resource string) admissionregistrationv1.MutatingWebhook {
 		return admissionregistrationv1.MutatingWebhook{
-			Name:                    name + ".differential.virtshard.io",
+			Name:                    name + "." + w.name + ".virtshard.io",
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &w.url, CABundle: w.caPEM},
 			AdmissionReviewVersions: []string{"v1"},
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			TimeoutSeconds:          ptr.To[int32](10),
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{RunLabel: "true"}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{Label: "true"}},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 				Rule: admissionregistrationv1.Rule{APIGroups: []string{virtv1.SchemeGroupVersion.Group}, APIVersions: []string{"v1"},
@@ -112,7 +113,7 @@ func (w *apiWebhook) register(ctx context.Context) error {
 		}
 	}
 	config := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: webhookName},
+		ObjectMeta: metav1.ObjectMeta{Name: w.name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{
 			hook("vmis", "virtualmachineinstances"),
 			hook("migrations", "virtualmachineinstancemigrations"),
@@ -120,7 +121,7 @@ func (w *apiWebhook) register(ctx context.Context) error {
 		},
 	}
 	configs := w.kube.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	if err := configs.Delete(ctx, webhookName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := configs.Delete(ctx, w.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete the webhook an earlier run left: %w", err)
 	}
 	if _, err := configs.Create(ctx, config, metav1.CreateOptions{}); err != nil {
@@ -129,10 +130,10 @@ func (w *apiWebhook) register(ctx context.Context) error {
 	return nil
 }
 
-// waitServed waits until the API server calls the webhook for ns, a
-// namespace of the run: a VMI created there in a dry run comes back with
-// virt-api's finalizer.
-func (w *apiWebhook) waitServed(ctx context.Context, dyn dynamic.Interface, ns string) error {
+// WaitServed waits until the API server calls the webhook for ns, a
+// namespace labelled Label: a VMI created there in a dry run comes back
+// with virt-api's finalizer.
+func (w *Webhook) WaitServed(ctx context.Context, dyn dynamic.Interface, ns string) error {
 	probe := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
 		"metadata": map[string]any{"name": "webhook-probe"},
@@ -140,7 +141,7 @@ func (w *apiWebhook) waitServed(ctx context.Context, dyn dynamic.Interface, ns s
 	}}
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := dyn.Resource(vmis).Namespace(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		got, err := dyn.Resource(virtv1.SchemeGroupVersion.WithResource("virtualmachineinstances")).Namespace(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			last = err
 			return false, nil
@@ -153,7 +154,7 @@ func (w *apiWebhook) waitServed(ctx context.Context, dyn dynamic.Interface, ns s
 	return nil
 }
 
-func (w *apiWebhook) serve(rw http.ResponseWriter, req *http.Request) {
+func (w *Webhook) serve(rw http.ResponseWriter, req *http.Request) {
 	var review admissionv1.AdmissionReview
 	if err := json.NewDecoder(req.Body).Decode(&review); err != nil || review.Request == nil {
 		http.Error(rw, "want an AdmissionReview", http.StatusBadRequest)
@@ -189,12 +190,12 @@ func mutate(resource string, raw []byte) ([]byte, error) {
 		if vmi.Spec.Domain.Firmware.UUID == "" {
 			// A replica set's members have names the server drew
 			// (KubeVirt) or virtshard derived: theirs is the set's,
-			// shared, so that both runs agree.
+			// shared, so that runs of both agree.
 			name := vmi.Name
 			if ref := metav1.GetControllerOf(vmi); ref != nil && ref.Kind == "VirtualMachineInstanceReplicaSet" {
 				name = "member-of-" + ref.Name
 			}
-			vmi.Spec.Domain.Firmware.UUID = derivedUUID("vmi", name)
+			vmi.Spec.Domain.Firmware.UUID = DerivedUUID("vmi", name)
 		}
 		if err := apidefaults.Apply(vmi, clusterconfig.DefaultConfig("amd64"), metav1.Now()); err != nil {
 			return nil, fmt.Errorf("virt-api would refuse VMI %s: %w", vmi.Name, err)
@@ -223,7 +224,7 @@ func mutate(resource string, raw []byte) ([]byte, error) {
 			vm.Spec.Template.Spec.Domain.Firmware = &virtv1.Firmware{}
 		}
 		if vm.Spec.Template.Spec.Domain.Firmware.UUID == "" {
-			vm.Spec.Template.Spec.Domain.Firmware.UUID = derivedUUID("vm", vm.Name)
+			vm.Spec.Template.Spec.Domain.Firmware.UUID = DerivedUUID("vm", vm.Name)
 		}
 		if _, set := vm.Spec.Template.ObjectMeta.Annotations[virtv1.PciTopologyVersionAnnotation]; !set {
 			metav1.SetMetaDataAnnotation(&vm.Spec.Template.ObjectMeta, virtv1.PciTopologyVersionAnnotation, virtv1.PciTopologyVersionV3)
@@ -242,8 +243,8 @@ func mutate(resource string, raw []byte) ([]byte, error) {
 	return json.Marshal(ops)
 }
 
-// derivedUUID stands for a UUID virt-api draws at random: the same in both
-// runs.
-func derivedUUID(kind, name string) types.UID {
+// DerivedUUID stands for a UUID virt-api draws at random: the same in
+// every run.
+func DerivedUUID(kind, name string) types.UID {
 	return types.UID(uuid.NewSHA1(uuid.NameSpaceOID, []byte("differential/"+kind+"/"+name)).String())
 }
