@@ -340,19 +340,23 @@ func (r *vmiRun) otherFault(ctx context.Context, kind string, i int) (FaultRecor
 }
 
 // checkAudit replays the audit log against the range Lease timeline in it.
-// A VMI's range is its owner range; a launcher pod's, its range label.
+// A VMI's range is its owner range, and a replica set's member may be
+// written by its set's too; a launcher pod's range is its range label.
 func (r *vmiRun) checkAudit(ctx context.Context) (audit.Result, error) {
 	ranges, err := shard.NewRanges(r.o.Ranges, shard.KeyUID)
 	if err != nil {
 		return audit.Result{}, err
 	}
-	owner := map[string]int{}
+	owner, fleet := map[string]int{}, map[string]int{}
 	vmis, err := r.kv.VirtualMachineInstances(r.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return audit.Result{}, err
 	}
 	for i := range vmis.Items {
 		owner["virtualmachineinstances/"+vmis.Items[i].Name] = ranges.Owner(&vmis.Items[i])
+		if f, err := strconv.Atoi(vmis.Items[i].Labels[shard.LabelFleetRange]); err == nil {
+			fleet["virtualmachineinstances/"+vmis.Items[i].Name] = f
+		}
 	}
 	pods, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -372,6 +376,10 @@ func (r *vmiRun) checkAudit(ctx context.Context) (audit.Result, error) {
 		LeaseNamespace: r.leases, LeasePrefix: "virtshard-range-", MemberPrefix: "virtshard-member-", LeaseDuration: shard.DefaultLeaseDuration,
 		RangeOf: func(resource, namespace, name string) (int, bool) {
 			i, ok := owner[resource+"/"+name]
+			return i, ok && namespace == r.ns
+		},
+		FleetRangeOf: func(resource, namespace, name string) (int, bool) {
+			i, ok := fleet[resource+"/"+name]
 			return i, ok && namespace == r.ns
 		},
 	}.Check(f)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/virtshard/virtshard/bench/proc"
 	"github.com/virtshard/virtshard/bench/replicas"
+	"github.com/virtshard/virtshard/controllers/kinds"
 )
 
 // fleet is a set of controller replica processes, as a StatefulSet would
@@ -212,6 +213,10 @@ type ReplicaStats struct {
 	CPUSeconds   float64 `json:"cpuSeconds"`
 	CachedVMIs   int     `json:"cachedVMIs"`
 	CachedVMs    int     `json:"cachedVMs,omitempty"`
+	// ViewedMembers are the fleets' VMIs and VMs in the views of the fleets
+	// this replica holds (copies; each member is also cached where it is
+	// acted on).
+	ViewedMembers int `json:"viewedMembers,omitempty"`
 	// WatchRestarts and Relists count the watches and lists its sharded
 	// informers opened after their first, over all resources.
 	WatchRestarts int `json:"watchRestarts"`
@@ -238,12 +243,14 @@ func (f *fleet) stats(ctx context.Context) ([]ReplicaStats, map[string]float64, 
 			return nil, nil, err
 		}
 		stats = append(stats, ReplicaStats{
-			Name:          r.ID,
-			OwnedRanges:   int(replicas.Sum(families, "virtshard_shard_ranges_owned", nil)),
-			PeakRSSBytes:  rss,
-			CPUSeconds:    cpu,
-			CachedVMIs:    int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachineinstances"})),
-			CachedVMs:     int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachines"})),
+			Name:         r.ID,
+			OwnedRanges:  int(replicas.Sum(families, "virtshard_shard_ranges_owned", nil)),
+			PeakRSSBytes: rss,
+			CPUSeconds:   cpu,
+			CachedVMIs:   int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachineinstances"})),
+			CachedVMs:    int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachines"})),
+			ViewedMembers: int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": kinds.FleetVMIs.Resource}) +
+				replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": kinds.FleetVMs.Resource})),
 			WatchRestarts: int(replicas.Sum(families, "virtshard_shard_watch_restarts_total", nil)),
 			Relists:       int(replicas.Sum(families, "virtshard_shard_relists_total", nil)),
 		})

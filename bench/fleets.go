@@ -99,6 +99,8 @@ type FleetLoad struct {
 	CPUSeconds float64 `json:"cpuSeconds"`
 	CachedVMIs int     `json:"cachedVMIs"`
 	CachedVMs  int     `json:"cachedVMs"`
+	// ViewedMembers: fleet VMIs and VMs in the views of the fleets it holds.
+	ViewedMembers int `json:"viewedMembers,omitempty"`
 }
 
 // FleetSample is the fleets' readiness at one moment.
@@ -304,7 +306,7 @@ func measurePhase(ctx context.Context, ctrl underTest, name string, members int,
 	for _, s := range after {
 		// A process that was not there before (none in this scenario)
 		// counts from zero.
-		load := FleetLoad{Name: s.Name, CPUSeconds: s.CPUSeconds - cpuBefore[s.Name], CachedVMIs: s.CachedVMIs, CachedVMs: s.CachedVMs}
+		load := FleetLoad{Name: s.Name, CPUSeconds: s.CPUSeconds - cpuBefore[s.Name], CachedVMIs: s.CachedVMIs, CachedVMs: s.CachedVMs, ViewedMembers: s.ViewedMembers}
 		p.Processes = append(p.Processes, load)
 		cpuMax, cpuSum = max(cpuMax, load.CPUSeconds), cpuSum+load.CPUSeconds
 		cached := load.CachedVMIs + load.CachedVMs
@@ -492,7 +494,7 @@ func (r *Report) writeFleets(out io.Writer) {
 				p.Name, p.Seconds, float64(p.Members)/p.Seconds, p.WritesPerMember.Total, sortedMap(p.WritesPerMember.ByVerbResource),
 				p.EventsPerMember, p.CPUMaxOverMean, p.CachedMaxOverMean)
 			for _, l := range p.Processes {
-				fmt.Fprintf(out, "    %s: CPU %.1f s, %d VMIs and %d VMs cached\n", l.Name, l.CPUSeconds, l.CachedVMIs, l.CachedVMs)
+				fmt.Fprintf(out, "    %s: CPU %.1f s, %d VMIs and %d VMs cached, %d fleet members viewed\n", l.Name, l.CPUSeconds, l.CachedVMIs, l.CachedVMs, l.ViewedMembers)
 			}
 		}
 	}
@@ -538,7 +540,11 @@ func writeFleetsMarkdown(w io.Writer, r *Report) {
 			var cpu, cached []string
 			for _, l := range p.Processes {
 				cpu = append(cpu, fmt.Sprintf("%.1f", l.CPUSeconds))
-				cached = append(cached, strconv.Itoa(l.CachedVMIs+l.CachedVMs))
+				c := strconv.Itoa(l.CachedVMIs + l.CachedVMs)
+				if l.ViewedMembers > 0 {
+					c += fmt.Sprintf(" (+%d viewed)", l.ViewedMembers)
+				}
+				cached = append(cached, c)
 			}
 			dups := ""
 			if i == 0 {

@@ -81,21 +81,29 @@ func (s unlabelledKeySelection) rangeOf(obj metav1.Object) (int, bool) {
 
 // ByLabel selects children by the range label the controller stamped on
 // them (LabelRange): a child's own uid hashes elsewhere than its parent's.
-func (r Ranges) ByLabel(owned Set) Selection {
+func (r Ranges) ByLabel(owned Set) Selection { return r.byLabel(LabelRange, owned) }
+
+// ByFleetLabel selects the members of the fleets of the ranges by the
+// fleet's range label (LabelFleetRange, StampFleetRange): a fleet's view of
+// its members, which their own placement puts elsewhere.
+func (r Ranges) ByFleetLabel(owned Set) Selection { return r.byLabel(LabelFleetRange, owned) }
+
+func (r Ranges) byLabel(label string, owned Set) Selection {
 	values := make([]string, 0, owned.Len())
 	for _, i := range owned.List() {
 		values = append(values, strconv.Itoa(i))
 	}
-	req, err := labels.NewRequirement(LabelRange, selection.In, values)
+	req, err := labels.NewRequirement(label, selection.In, values)
 	if err != nil {
 		// Only reachable with no ranges: select nothing rather than everything.
-		req, _ = labels.NewRequirement(LabelRange, selection.In, []string{"none"})
+		req, _ = labels.NewRequirement(label, selection.In, []string{"none"})
 	}
-	return labelSelection{r, owned, labels.NewSelector().Add(*req).String()}
+	return labelSelection{r, label, owned, labels.NewSelector().Add(*req).String()}
 }
 
 type labelSelection struct {
 	ranges   Ranges
+	label    string
 	owned    Set
 	selector string
 }
@@ -103,11 +111,13 @@ type labelSelection struct {
 func (s labelSelection) apply(opts *metav1.ListOptions) { addLabelSelector(opts, s.selector) }
 
 func (s labelSelection) owns(obj metav1.Object) bool {
-	i, ok := s.ranges.Labelled(obj)
+	i, ok := s.ranges.labelledBy(obj, s.label)
 	return ok && s.owned.Has(i)
 }
 
-func (s labelSelection) rangeOf(obj metav1.Object) (int, bool) { return s.ranges.Labelled(obj) }
+func (s labelSelection) rangeOf(obj metav1.Object) (int, bool) {
+	return s.ranges.labelledBy(obj, s.label)
+}
 
 func addLabelSelector(opts *metav1.ListOptions, selector string) {
 	if opts.LabelSelector != "" {

@@ -19,6 +19,10 @@ const (
 	LabelRole = "virtshard.io/role"
 	// LabelRange is a range Lease's range index.
 	LabelRange = "virtshard.io/range"
+	// LabelFleetRange, on a member of a fleet (a replica set's VMI, a
+	// pool's VM), is the range of the fleet that counts it; the member
+	// itself is acted on where its own placement puts it (FleetsRange).
+	LabelFleetRange = "virtshard.io/fleet-range"
 
 	roleRange  = "range"
 	roleMember = "member"

@@ -30,6 +30,12 @@ const (
 	// only on the parts that belong to its ranges. Nodes, migrations, the
 	// KubeVirt CR.
 	ClusterWide
+	// FleetsRange: the range label of the fleet it is a member of
+	// (StampFleetRange). Not where the member is acted on — its own
+	// placement says that — but a second view of the kind, in which the
+	// fleet's holder counts, names and scales the fleet's members while
+	// their own work spreads over every range.
+	FleetsRange
 )
 
 func (p Placement) String() string {
@@ -42,12 +48,14 @@ func (p Placement) String() string {
 		return "owner's range or own key"
 	case ClusterWide:
 		return "cluster-wide"
+	case FleetsRange:
+		return "fleet's range"
 	}
 	return "placement(" + strconv.Itoa(int(p)) + ")"
 }
 
 // Sharded reports whether objects of the placement belong to ranges.
-func (p Placement) Sharded() bool { return p == OwnKey || p == OwnersRange || p == OwnersRangeOrOwnKey }
+func (p Placement) Sharded() bool { return p >= OwnKey && p <= FleetsRange && p != ClusterWide }
 
 // Selections are how the range caches select a placement's objects: one
 // watch per selection, which together hold each object of the kind once.
@@ -61,6 +69,8 @@ func (r Ranges) Selections(p Placement) []func(Set) Selection {
 	case OwnersRangeOrOwnKey:
 		// Labelled first: Selecting's answer indexes this slice.
 		return []func(Set) Selection{r.ByLabel, r.ByUnlabelledKey}
+	case FleetsRange:
+		return []func(Set) Selection{r.ByFleetLabel}
 	}
 	return nil
 }
@@ -86,6 +96,8 @@ func (r Ranges) Place(p Placement, obj metav1.Object) (int, bool) {
 		return r.Labelled(obj)
 	case OwnersRangeOrOwnKey:
 		return r.Owner(obj), true
+	case FleetsRange:
+		return r.labelledBy(obj, LabelFleetRange)
 	}
 	return 0, false
 }
@@ -115,13 +127,38 @@ func StampRange(child metav1.Object, rng int) {
 // changed the orphan since it was read, the write conflicts instead of
 // taking it from them.
 func Adopt(orphan metav1.Object, ref metav1.OwnerReference, rng int) []byte {
+	return adopt(orphan, ref, LabelRange, rng)
+}
+
+// StampFleetRange is StampRange for a fleet's member: it records the
+// fleet's range, for the fleet's view (FleetsRange), and leaves the member
+// to its own placement. Stamped before the create and never changed while
+// the fleet controls the member.
+func StampFleetRange(member metav1.Object, rng int) {
+	labels := member.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelFleetRange] = strconv.Itoa(rng)
+	member.SetLabels(labels)
+}
+
+// Enlist is Adopt for an orphan a fleet claims: the orphan becomes the
+// fleet's member and enters its view (StampFleetRange's label) in the same
+// write, at the uid and resourceVersion read, and stays on the range its
+// own placement gives it.
+func Enlist(orphan metav1.Object, ref metav1.OwnerReference, rng int) []byte {
+	return adopt(orphan, ref, LabelFleetRange, rng)
+}
+
+func adopt(orphan metav1.Object, ref metav1.OwnerReference, label string, rng int) []byte {
 	// A merge patch replaces the whole list: keep the references there are.
 	refs := append(slices.Clone(orphan.GetOwnerReferences()), ref)
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":             orphan.GetUID(),
 		"resourceVersion": orphan.GetResourceVersion(),
 		"ownerReferences": refs,
-		"labels":          map[string]string{LabelRange: strconv.Itoa(rng)},
+		"labels":          map[string]string{label: strconv.Itoa(rng)},
 	}})
 	if err != nil {
 		panic(err) // plain strings and references: it cannot fail
@@ -134,11 +171,17 @@ func Adopt(orphan metav1.Object, ref metav1.OwnerReference, rng int) []byte {
 // took over): it moves to the owner's range, as StampRange would have put
 // it, by a merge patch that holds for the child's uid and resourceVersion
 // only.
-func Claim(child metav1.Object, rng int) []byte {
+func Claim(child metav1.Object, rng int) []byte { return claim(child, LabelRange, rng) }
+
+// ClaimMember is Claim for a fleet's member made without the fleet's
+// label: it enters the fleet's view, as StampFleetRange would have put it.
+func ClaimMember(member metav1.Object, rng int) []byte { return claim(member, LabelFleetRange, rng) }
+
+func claim(child metav1.Object, label string, rng int) []byte {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":             child.GetUID(),
 		"resourceVersion": child.GetResourceVersion(),
-		"labels":          map[string]string{LabelRange: strconv.Itoa(rng)},
+		"labels":          map[string]string{label: strconv.Itoa(rng)},
 	}})
 	if err != nil {
 		panic(err) // plain strings: it cannot fail

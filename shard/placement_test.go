@@ -22,6 +22,8 @@ func TestPlacementsPlaceEachObjectOnceAsTheirSelectionsHoldIt(t *testing.T) {
 	own := &metav1.ObjectMeta{Namespace: "ns", Name: "own", UID: "uid-own"}
 	child := &metav1.ObjectMeta{Namespace: "ns", Name: "child", UID: "uid-child"}
 	StampRange(child, 5)
+	member := &metav1.ObjectMeta{Namespace: "ns", Name: "member", UID: "uid-member"}
+	StampFleetRange(member, 6)
 	for _, tc := range []struct {
 		name      string
 		placement Placement
@@ -36,6 +38,9 @@ func TestPlacementsPlaceEachObjectOnceAsTheirSelectionsHoldIt(t *testing.T) {
 		{"owner's range or own key, labelled", OwnersRangeOrOwnKey, child, 5, true},
 		{"owner's range or own key, unlabelled", OwnersRangeOrOwnKey, own, ranges.Of(own), true},
 		{"cluster-wide", ClusterWide, own, 0, false},
+		{"fleet's range", FleetsRange, member, 6, true},
+		{"fleet's range ignores a range label", FleetsRange, child, 0, false},
+		{"a member's own placement ignores the fleet's range", OwnersRangeOrOwnKey, member, ranges.Of(member), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, placed := ranges.Place(tc.placement, tc.obj)
@@ -128,5 +133,38 @@ func TestClaimPutsAnUnlabelledChildOnItsOwnersRangeAtTheVersionRead(t *testing.T
 	if m.Labels["app"] != "p" || m.Labels[LabelRange] != "4" || len(m.OwnerReferences) != 1 || m.OwnerReferences[0].UID != "p-uid" ||
 		m.UID != "c-uid" || m.ResourceVersion != "7" {
 		t.Errorf("claimed %+v: want its labels and owner kept, range 4, at uid c-uid and resourceVersion 7", m)
+	}
+}
+
+// A fleet enlists an orphan into its view at the version read: the
+// orphan gains the controller reference and the fleet's range label, and
+// keeps its own range label, which places it.
+func TestEnlistPutsTheOrphanInItsFleetsViewAndLeavesItsPlacement(t *testing.T) {
+	orphan := &metav1.ObjectMeta{Name: "x", UID: "x-uid", ResourceVersion: "41", Labels: map[string]string{"app": "x", LabelRange: "3"}}
+	owner := &metav1.ObjectMeta{Name: "set", UID: "set-uid"}
+	ref := *metav1.NewControllerRef(owner, schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstanceReplicaSet"})
+	for name, body := range map[string][]byte{"Enlist": Enlist(orphan, ref, 9), "ClaimMember": ClaimMember(orphan, 9)} {
+		current, err := json.Marshal(map[string]any{"metadata": orphan})
+		if err != nil {
+			t.Fatal(err)
+		}
+		merged, err := jsonpatch.MergePatch(current, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct{ Metadata metav1.ObjectMeta }
+		if err := json.Unmarshal(merged, &got); err != nil {
+			t.Fatal(err)
+		}
+		m := got.Metadata
+		if m.UID != orphan.UID || m.ResourceVersion != orphan.ResourceVersion {
+			t.Errorf("%s: uid %q resourceVersion %q, want the orphan's as preconditions", name, m.UID, m.ResourceVersion)
+		}
+		if m.Labels[LabelFleetRange] != "9" || m.Labels[LabelRange] != "3" || m.Labels["app"] != "x" {
+			t.Errorf("%s: labels %v, want the fleet's range 9 beside range 3 and app=x", name, m.Labels)
+		}
+		if enlisted := metav1.IsControlledBy(&m, owner); enlisted != (name == "Enlist") {
+			t.Errorf("%s: controlled by the set: %v", name, enlisted)
+		}
 	}
 }

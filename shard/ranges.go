@@ -102,7 +102,12 @@ type metav1Object interface {
 // Only the canonical decimal form counts, as only it matches the label
 // selectors informers list with.
 func (r Ranges) Labelled(obj interface{ GetLabels() map[string]string }) (int, bool) {
-	value, ok := obj.GetLabels()[LabelRange]
+	return r.labelledBy(obj, LabelRange)
+}
+
+// labelledBy is the range that label on obj names, if it names one.
+func (r Ranges) labelledBy(obj interface{ GetLabels() map[string]string }, label string) (int, bool) {
+	value, ok := obj.GetLabels()[label]
 	if !ok {
 		return 0, false
 	}

@@ -201,3 +201,27 @@ func TestCountWritesByVerbAndResource(t *testing.T) {
 		t.Errorf("counted %v, want %v", got, want)
 	}
 }
+
+// A fleet's member may be written by the holder of its own range or of its
+// fleet's; a holder of neither is a violation.
+func TestAFleetMemberMayBeWrittenByItsFleetsHolder(t *testing.T) {
+	c := checker()
+	c.FleetRangeOf = func(resource, _, name string) (int, bool) {
+		return 2, resource == "virtualmachineinstances" && name == "obj-1"
+	}
+	log := strings.Join([]string{
+		event("a", "update", "leases", "vs-range-1", 0, 0.01, 200, "a"),
+		event("b", "update", "leases", "vs-range-2", 0, 0.01, 200, "b"),
+		event("c", "update", "leases", "vs-range-3", 0, 0.01, 200, "c"),
+		event("a", "patch", "virtualmachineinstances", "obj-1", 1, 1.1, 200, ""),  // its own range's holder
+		event("b", "delete", "virtualmachineinstances", "obj-1", 2, 2.1, 200, ""), // its fleet's holder
+		event("c", "delete", "virtualmachineinstances", "obj-1", 3, 3.1, 200, ""), // neither
+	}, "\n")
+	res, err := c.Check(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Checked != 3 || len(res.Violations) != 1 || res.Violations[0].Replica != "c" {
+		t.Errorf("checked %d writes, violations %v; want 3 and c's delete alone", res.Checked, res.Violations)
+	}
+}

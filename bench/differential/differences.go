@@ -11,6 +11,11 @@ var Known = []Difference{
 		Reason: "a VM's VMI carries its VM's range, so that the replica holding the VM holds the VMI (docs/sharding.md)",
 	},
 	{
+		Kind: "VirtualMachineInstance", Path: "metadata.labels[virtshard.io/fleet-range]", Outcomes: []Outcome{Extra},
+		Reason: "a replica set's VMI carries its set's range, and a pool VM's VMI its pool's, so that the replica " +
+			"holding the fleet sees them while they spread over every replica (docs/sharding.md)",
+	},
+	{
 		Kind: "Pod", Path: "metadata.labels[virtshard.io/range]", Outcomes: []Outcome{Extra},
 		Reason: "a launcher pod carries its VMI's range: its own uid hashes elsewhere (docs/sharding.md)",
 	},
@@ -20,8 +25,9 @@ var Known = []Difference{
 			"replica caches it (docs/sharding.md)",
 	},
 	{
-		Kind: "VirtualMachine", Path: "metadata.labels[virtshard.io/range]", Outcomes: []Outcome{Extra},
-		Reason: "a pool's VM carries its pool's range, so that the replica holding the pool holds its VMs (docs/sharding.md)",
+		Kind: "VirtualMachine", Path: "metadata.labels[virtshard.io/fleet-range]", Outcomes: []Outcome{Extra},
+		Reason: "a pool's VM carries its pool's range, so that the replica holding the pool sees its VMs while their " +
+			"own keys spread them over every replica (docs/sharding.md)",
 	},
 	{
 		Kind: "Event", Path: "count", Outcomes: []Outcome{Differ},

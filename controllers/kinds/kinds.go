@@ -26,7 +26,8 @@ const (
 )
 
 // VMIs are VirtualMachineInstances: on their VM's range when a VM created
-// them (it stamps its range label), else on their own.
+// them (it stamps its range label), else on their own (a replica set's
+// members too: the set sees them through FleetVMIs).
 var VMIs = caches.Kind[*virtv1.VirtualMachineInstance]{
 	Resource:  "virtualmachineinstances",
 	Placement: shard.OwnersRangeOrOwnKey,
@@ -54,8 +55,9 @@ var LauncherPods = caches.Kind[*corev1.Pod]{
 	}},
 }
 
-// VMs are VirtualMachines: on their pool's range when a pool created them
-// (it stamps its range label), else on their own.
+// VMs are VirtualMachines, on their own range (a pool's too: the pool sees
+// them through FleetVMs); a VM made by a version that stamped its pool's
+// range label stays on the pool's range.
 var VMs = caches.Kind[*virtv1.VirtualMachine]{
 	Resource:  "virtualmachines",
 	Placement: shard.OwnersRangeOrOwnKey,
@@ -64,6 +66,42 @@ var VMs = caches.Kind[*virtv1.VirtualMachine]{
 		return caches.ListWatchOf(vms.List, vms.Watch)
 	},
 	Trim: shard.TrimForCache,
+}
+
+// FleetVMIs are the VMIs of fleets as their fleets see them: a replica
+// set's members and the VMIs of a pool's VMs, selected by the fleet's range
+// label (shard.FleetsRange), trimmed to what a fleet reads (trimFleetVMI).
+// The VMIs themselves are acted on where VMIs are placed, so a fleet's
+// work spreads over every replica; the fleet's replica counts, names and
+// scales its members from this view.
+var FleetVMIs = caches.Kind[*virtv1.VirtualMachineInstance]{
+	Resource:  "fleet-virtualmachineinstances",
+	Placement: shard.FleetsRange,
+	ListWatch: VMIs.ListWatch,
+	Trim:      trimFleetVMI,
+}
+
+// trimFleetVMI keeps of a fleet's VMI what its fleet reads: its metadata
+// but for managed fields and annotations, its phase and its conditions.
+func trimFleetVMI(obj any) (any, error) {
+	v, ok := obj.(*virtv1.VirtualMachineInstance)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	kept := &virtv1.VirtualMachineInstance{TypeMeta: v.TypeMeta, ObjectMeta: v.ObjectMeta}
+	kept.ManagedFields, kept.Annotations = nil, nil
+	kept.Status.Phase, kept.Status.Conditions = v.Status.Phase, v.Status.Conditions
+	return kept, nil
+}
+
+// FleetVMs are a pool's VMs as the pool sees them, whole (the pool
+// compares and rewrites their specs), by the pool's range label
+// (shard.FleetsRange); the VMs themselves are placed by their own keys.
+var FleetVMs = caches.Kind[*virtv1.VirtualMachine]{
+	Resource:  "fleet-virtualmachines",
+	Placement: shard.FleetsRange,
+	ListWatch: VMs.ListWatch,
+	Trim:      shard.TrimForCache,
 }
 
 // Migrations are VirtualMachineInstanceMigrations: few, cached whole by

@@ -76,7 +76,7 @@ func (c *Controller) declare() *sharded.Controller {
 	return &sharded.Controller{
 		Watches: []sharded.Watch{
 			sharded.On(Pools, sharded.Events[*poolv1.VirtualMachinePool]{Keys: sharded.ItsOwnKey[*poolv1.VirtualMachinePool]}, nil),
-			sharded.On(kinds.VMs, sharded.Events[*virtv1.VirtualMachine]{
+			sharded.On(kinds.FleetVMs, sharded.Events[*virtv1.VirtualMachine]{
 				Keys: sharded.ControllerKey[*virtv1.VirtualMachine](kind),
 				Added: func(rng int, key string, vm *virtv1.VirtualMachine) {
 					if vm.DeletionTimestamp != nil {
@@ -95,7 +95,7 @@ func (c *Controller) declare() *sharded.Controller {
 				},
 			}, cache.Indexers{byPool: poolIndex}),
 			sharded.On(kinds.Revisions, sharded.Events[*appsv1.ControllerRevision]{Keys: sharded.ControllerKey[*appsv1.ControllerRevision](kind), IgnoreDeletes: true}, nil),
-			sharded.On(kinds.VMIs, sharded.Events[*virtv1.VirtualMachineInstance]{Route: c.outdatedVMI, IgnoreDeletes: true}, nil),
+			sharded.On(kinds.FleetVMIs, sharded.Events[*virtv1.VirtualMachineInstance]{Route: c.outdatedVMI, IgnoreDeletes: true}, nil),
 		},
 		Sync:   c.sync,
 		Forget: c.expectations.DropRange,
@@ -109,8 +109,9 @@ func (c *Controller) outdatedVMI(vmi *virtv1.VirtualMachineInstance) []sharded.I
 	if ref == nil || ref.Kind != virtv1.VirtualMachineGroupVersionKind.Kind {
 		return nil
 	}
-	// A VM's VMI carries its VM's range label, and a pool's VM its pool's.
-	rng, err := strconv.Atoi(vmi.Labels[shard.LabelRange])
+	// A pool's VM carries its pool's range as its fleet's, and its VMI the
+	// VM's.
+	rng, err := strconv.Atoi(vmi.Labels[shard.LabelFleetRange])
 	if err != nil {
 		return nil
 	}
@@ -119,7 +120,7 @@ func (c *Controller) outdatedVMI(vmi *virtv1.VirtualMachineInstance) []sharded.I
 	if r == nil {
 		return nil
 	}
-	v, ok, _ := kinds.VMs.In(r).Get(key)
+	v, ok, _ := kinds.FleetVMs.In(r).Get(key)
 	if !ok || v.UID != ref.UID || v.Spec.Template == nil {
 		return nil
 	}

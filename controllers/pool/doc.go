@@ -11,7 +11,10 @@
 // the VMIs started from one (maxUnavailable at a time), and prunes the
 // revisions nothing is at. Scale-in state preservation is not built.
 //
-// A pool is placed by its own key and stamps its range on its VMs and
-// revisions, so the replica that holds a pool holds its VMs (and their
-// VMIs, which follow their VM's range).
+// A pool is placed by its own key, and so is each of its VMs (their VMIs
+// follow their VM's range): the VMs spread over every replica. Each VM
+// carries the pool's range as its fleet's (shard.StampFleetRange), and
+// passes it on to its VMI, and the replica that holds the pool reads them
+// from that view (kinds.FleetVMs, kinds.FleetVMIs); the pool's revisions
+// carry its range label and live on its range.
 package pool

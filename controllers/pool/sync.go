@@ -144,14 +144,14 @@ func validSelector(pool *poolv1.VirtualMachinePool) (labels.Selector, error) {
 // no longer matches are released, unless the pool is being deleted, as
 // KubeVirt's ReleaseDetachedVirtualMachines. A pool adopts no orphans.
 func (c *Controller) owned(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool, selector labels.Selector) ([]*vm, error) {
-	controlled, err := kinds.VMs.In(r).ByIndex(byPool, string(pool.UID))
+	controlled, err := kinds.FleetVMs.In(r).ByIndex(byPool, string(pool.UID))
 	if err != nil {
 		return nil, err
 	}
 	var out []*vm
 	for _, v := range controlled {
 		// This replica's own rewrites, which its informer may not show yet.
-		if latest, ok, _ := kinds.VMs.In(r).Latest(v.Namespace + "/" + v.Name); ok && latest.UID == v.UID {
+		if latest, ok, _ := kinds.FleetVMs.In(r).Latest(v.Namespace + "/" + v.Name); ok && latest.UID == v.UID {
 			v = latest
 		}
 		switch {
@@ -216,7 +216,7 @@ func (c *Controller) scaleOut(ctx context.Context, it sharded.Item, r *caches.Ra
 		return err
 	}
 	indexes := freeIndexes(pool, n, func(name string) bool {
-		_, taken, _ := kinds.VMs.In(r).Get(pool.Namespace + "/" + name)
+		_, taken, _ := kinds.FleetVMs.In(r).Get(pool.Namespace + "/" + name)
 		return taken
 	})
 	c.expectations.ExpectCreations(it.Range, it.Key, n)
@@ -226,7 +226,7 @@ func (c *Controller) scaleOut(ctx context.Context, it sharded.Item, r *caches.Ra
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
 			_, err := vms.Create(ctx, v, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
-				return claim(ctx, pool, it.Range, err, func(ctx context.Context) (metav1.Object, error) {
+				return claim(ctx, pool, shard.LabelFleetRange, shard.ClaimMember, it.Range, err, func(ctx context.Context) (metav1.Object, error) {
 					return vms.Get(ctx, v.Name, metav1.GetOptions{})
 				}, func(ctx context.Context, body []byte) error {
 					_, err := vms.Patch(ctx, v.Name, types.MergePatchType, body, metav1.PatchOptions{})
@@ -250,7 +250,8 @@ func (c *Controller) scaleOut(ctx context.Context, it sharded.Item, r *caches.Ra
 // newVM is the pool's VM at index, as KubeVirt makes it: the template's
 // labels (with the revision's) and annotations, the indexed spec (with the
 // revision label on its VMI template), the pool's finalizer and controller
-// reference; and here the pool's range.
+// reference; and here the pool's range as its fleet's, for the pool's view:
+// the VM's own key places it.
 func newVM(pool *poolv1.VirtualMachinePool, index int, revision string, rng int) *vm {
 	t := pool.Spec.VirtualMachineTemplate
 	v := &vm{
@@ -266,7 +267,7 @@ func newVM(pool *poolv1.VirtualMachinePool, index int, revision string, rng int)
 		v.Labels[k] = val
 	}
 	withRevision(v, revision)
-	shard.StampRange(v, rng)
+	shard.StampFleetRange(v, rng)
 	return v
 }
 
@@ -309,7 +310,7 @@ func (c *Controller) ensureRevision(ctx context.Context, it sharded.Item, r *cac
 		created, err = crs.Create(ctx, cr, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			created = nil // the client's empty answer
-			return claim(ctx, pool, it.Range, err, func(ctx context.Context) (metav1.Object, error) {
+			return claim(ctx, pool, shard.LabelRange, shard.Claim, it.Range, err, func(ctx context.Context) (metav1.Object, error) {
 				return crs.Get(ctx, name, metav1.GetOptions{})
 			}, func(ctx context.Context, body []byte) error {
 				_, err := crs.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
@@ -329,10 +330,12 @@ func (c *Controller) ensureRevision(ctx context.Context, it sharded.Item, r *cac
 
 // claim answers a create of the pool's child refused as AlreadyExists:
 // the child the pool controls is the pool's (a create of this replica's,
-// its answer lost, or the cache behind), and one KubeVirt's own
-// virt-controller made before virtshard took over, without a range label,
-// joins the pool's range (shard.Claim); anything else keeps the refusal.
-func claim(ctx context.Context, pool *poolv1.VirtualMachinePool, rng int, exists error,
+// its answer lost, or the cache behind), and one made without the pool's
+// label (by KubeVirt's own virt-controller before virtshard took over, or,
+// for a VM, by a version that put VMs on the pool's range) gets it by the
+// patch claimPatch makes (shard.Claim for a revision, shard.ClaimMember
+// for a VM); anything else keeps the refusal.
+func claim(ctx context.Context, pool *poolv1.VirtualMachinePool, label string, claimPatch func(metav1.Object, int) []byte, rng int, exists error,
 	get func(context.Context) (metav1.Object, error), patch func(context.Context, []byte) error) error {
 	child, err := get(ctx)
 	if err != nil {
@@ -341,10 +344,10 @@ func claim(ctx context.Context, pool *poolv1.VirtualMachinePool, rng int, exists
 	if !metav1.IsControlledBy(child, pool) {
 		return exists
 	}
-	if _, labelled := child.GetLabels()[shard.LabelRange]; labelled {
+	if _, labelled := child.GetLabels()[label]; labelled {
 		return nil
 	}
-	return patch(ctx, shard.Claim(child, rng))
+	return patch(ctx, claimPatch(child, rng))
 }
 
 // scaleInPolicy is the proactive scale-in's selection policy, if any.
@@ -447,7 +450,7 @@ func (c *Controller) letGo(ctx context.Context, it sharded.Item, pool *poolv1.Vi
 // release takes the pool's finalizer off every VM its selector matches,
 // then off the pool: the garbage collector deletes the VMs.
 func (c *Controller) release(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool, selector labels.Selector) error {
-	for _, v := range kinds.VMs.In(r).List() {
+	for _, v := range kinds.FleetVMs.In(r).List() {
 		if v.Namespace == pool.Namespace && selector.Matches(labels.Set(v.Labels)) {
 			if err := c.unhold(ctx, it, v); err != nil {
 				return err

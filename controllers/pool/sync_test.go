@@ -111,8 +111,8 @@ func TestAPoolCreatesItsVMsInItsLowestFreeIndexes(t *testing.T) {
 	if v.Labels["app"] != "p" || v.Labels[virtv1.VirtualMachinePoolRevisionName] != "p-2" ||
 		v.Spec.Template.ObjectMeta.Labels[virtv1.VirtualMachinePoolRevisionName] != "p-2" ||
 		!slices.Equal(v.Finalizers, []string{Finalizer}) || !metav1.IsControlledBy(v, p) ||
-		v.Labels[shard.LabelRange] != strconv.Itoa(f.Ranges.Of(p)) {
-		t.Errorf("VM %+v: want the template's labels, the revision p-2 on it and its VMI template, the pool's finalizer, controller and range", v.ObjectMeta)
+		v.Labels[shard.LabelFleetRange] != strconv.Itoa(f.Ranges.Of(p)) || v.Labels[shard.LabelRange] != "" {
+		t.Errorf("VM %+v: want the template's labels, the revision p-2 on it and its VMI template, the pool's finalizer, controller and range as its fleet's (not its own)", v.ObjectMeta)
 	}
 	if !slices.Contains(f.KubeWrites(), "create controllerrevisions") {
 		t.Errorf("kube writes %q, want the revision of the pool's spec", f.KubeWrites())
@@ -200,7 +200,8 @@ func revision(t *testing.T, p *poolv1.VirtualMachinePool, gen int64, spec poolv1
 	return cr
 }
 
-// vmiOf is v's running, ready VMI, started from the given pool revision.
+// vmiOf is v's running, ready VMI, started from the given pool revision:
+// on its VM's range, in the pool's view.
 func vmiOf(t *testing.T, p *poolv1.VirtualMachinePool, v *virtv1.VirtualMachine, rev string) *virtv1.VirtualMachineInstance {
 	vmi := &virtv1.VirtualMachineInstance{
 		ObjectMeta: metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name, UID: "vmi-" + v.UID, ResourceVersion: "1",
@@ -209,7 +210,8 @@ func vmiOf(t *testing.T, p *poolv1.VirtualMachinePool, v *virtv1.VirtualMachine,
 		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running, Conditions: []virtv1.VirtualMachineInstanceCondition{
 			{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}}},
 	}
-	shard.StampRange(vmi, shardedtest.Ranges(t).Of(p))
+	shard.StampRange(vmi, shardedtest.Ranges(t).Of(v))
+	shard.StampFleetRange(vmi, shardedtest.Ranges(t).Of(p))
 	return vmi
 }
 
@@ -264,8 +266,8 @@ func TestAnOutdatedVMIsRewrittenInPlaceKeepingItsIdentity(t *testing.T) {
 	spec := got.Spec.Template.Spec
 	if spec.Domain.CPU.Cores != 2 || spec.Domain.Firmware == nil || spec.Domain.Firmware.UUID != "guest-uuid" || spec.Domain.Firmware.Serial != "guest-serial" ||
 		got.Labels[virtv1.VirtualMachinePoolRevisionName] != "p-3" || got.Spec.Template.ObjectMeta.Labels[virtv1.VirtualMachinePoolRevisionName] != "p-3" ||
-		got.Labels[shard.LabelRange] != strconv.Itoa(f.Ranges.Of(p)) || got.Labels["app"] != "p" {
-		t.Errorf("updated VM labels %v, spec %+v: want 2 cores, its firmware identity, revision p-3 and its range", got.Labels, spec)
+		got.Labels[shard.LabelFleetRange] != strconv.Itoa(f.Ranges.Of(p)) || got.Labels["app"] != "p" {
+		t.Errorf("updated VM labels %v, spec %+v: want 2 cores, its firmware identity, revision p-3 and its pool's range", got.Labels, spec)
 	}
 	if w := actions(f, "controllerrevisions"); !slices.Equal(w, []string{"create p-3"}) {
 		t.Errorf("revision writes %q, want p-3 created", w)
@@ -396,14 +398,14 @@ func TestAProactiveScaleInFollowsItsPolicy(t *testing.T) {
 	}
 }
 
-// A VM of the pool KubeVirt's own virt-controller made (no range label,
-// so on its own key's range, not the pool's) answers the pool's create
-// AlreadyExists; the pool claims it onto its range instead of failing.
-func TestAPoolClaimsItsVMMadeWithoutARange(t *testing.T) {
+// A VM of the pool KubeVirt's own virt-controller made (no label, so out
+// of the pool's view) answers the pool's create AlreadyExists; the pool
+// takes it into its view instead of failing.
+func TestAPoolClaimsItsVMMadeWithoutItsLabel(t *testing.T) {
 	p := newPool(1)
 	ranges := shardedtest.Ranges(t)
 	made := poolVM(t, p, 0, true)
-	delete(made.Labels, shard.LabelRange)
+	delete(made.Labels, shard.LabelFleetRange)
 	for i := 0; ranges.Of(made) == ranges.Of(p); i++ {
 		made.UID = types.UID(fmt.Sprintf("kubevirt-made-%d", i))
 	}
@@ -417,7 +419,7 @@ func TestAPoolClaimsItsVMMadeWithoutARange(t *testing.T) {
 			body = string(pa.GetPatch())
 		}
 	}
-	want := fmt.Sprintf(`"%s":"%d"`, shard.LabelRange, ranges.Of(p))
+	want := fmt.Sprintf(`"%s":"%d"`, shard.LabelFleetRange, ranges.Of(p))
 	if !strings.Contains(body, want) || !strings.Contains(body, string(made.UID)) {
 		t.Errorf("patch of p-0 %q, want the pool's range (%s) at its UID", body, want)
 	}

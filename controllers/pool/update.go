@@ -119,7 +119,7 @@ func revisionSpec(r *caches.Range, namespace, name string) (*poolv1.VirtualMachi
 // rewrite updates each outdated VM to the pool's template at the VM's
 // index, under the pool's current revision, keeping the firmware UUID and
 // serial the VM was made with (they name the machine to its guest) and
-// its range.
+// its range labels (keepPlacement).
 func (c *Controller) rewrite(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool, outdated []*vm) error {
 	if len(outdated) == 0 {
 		return nil
@@ -141,7 +141,7 @@ func (c *Controller) rewrite(ctx context.Context, it sharded.Item, r *caches.Ran
 			v.Spec = *indexedSpec(&pool.Spec, index)
 			withRevision(v, revision)
 			keepIdentity(old, v)
-			shard.StampRange(v, it.Range)
+			keepPlacement(old, v)
 			return v
 		}
 		v := rewritten(old)
@@ -154,7 +154,7 @@ func (c *Controller) rewrite(ctx context.Context, it sharded.Item, r *caches.Ran
 			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				updated, err := vms.Update(ctx, v, metav1.UpdateOptions{})
 				if err == nil {
-					kinds.VMs.In(r).Wrote(updated)
+					kinds.FleetVMs.In(r).Wrote(updated)
 				}
 				if !apierrors.IsConflict(err) {
 					return err
@@ -189,6 +189,17 @@ func (c *Controller) rewrite(ctx context.Context, it sharded.Item, r *caches.Ran
 	})
 }
 
+// keepPlacement keeps old's range labels in v: the pool's, which puts v
+// in the pool's view, and the range label of a VM made by a version that
+// put VMs on the pool's range, which places it.
+func keepPlacement(old, v *vm) {
+	for _, label := range []string{shard.LabelFleetRange, shard.LabelRange} {
+		if value, ok := old.Labels[label]; ok {
+			v.Labels[label] = value
+		}
+	}
+}
+
 // keepIdentity keeps old's firmware UUID and serial in v.
 func keepIdentity(old, v *vm) {
 	if old.Spec.Template == nil || v.Spec.Template == nil || old.Spec.Template.Spec.Domain.Firmware == nil {
@@ -212,7 +223,7 @@ func keepIdentity(old, v *vm) {
 // already unavailable.
 func (c *Controller) restartOutdated(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool, vms []*vm) (time.Duration, error) {
 	vmiOf := func(v *vm) (*virtv1.VirtualMachineInstance, bool) {
-		vmi, ok, _ := kinds.VMIs.In(r).Get(v.Namespace + "/" + v.Name)
+		vmi, ok, _ := kinds.FleetVMIs.In(r).Get(v.Namespace + "/" + v.Name)
 		return vmi, ok
 	}
 	for _, v := range vms {
@@ -381,7 +392,7 @@ func (c *Controller) prune(ctx context.Context, it sharded.Item, r *caches.Range
 	used := map[string]bool{}
 	for _, v := range vms {
 		used[v.Labels[virtv1.VirtualMachinePoolRevisionName]] = true
-		if vmi, ok, _ := kinds.VMIs.In(r).Get(v.Namespace + "/" + v.Name); ok {
+		if vmi, ok, _ := kinds.FleetVMIs.In(r).Get(v.Namespace + "/" + v.Name); ok {
 			used[vmi.Labels[virtv1.VirtualMachinePoolRevisionName]] = true
 		}
 	}

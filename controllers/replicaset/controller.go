@@ -75,7 +75,7 @@ func (c *Controller) declare() *sharded.Controller {
 	return &sharded.Controller{
 		Watches: []sharded.Watch{
 			sharded.On(ReplicaSets, sharded.Events[*virtv1.VirtualMachineInstanceReplicaSet]{Keys: sharded.ItsOwnKey[*virtv1.VirtualMachineInstanceReplicaSet]}, nil),
-			sharded.On(kinds.VMIs, sharded.Events[*virtv1.VirtualMachineInstance]{
+			sharded.On(kinds.FleetVMIs, sharded.Events[*virtv1.VirtualMachineInstance]{
 				Keys: sharded.ControllerKey[*virtv1.VirtualMachineInstance](kind),
 				Added: func(rng int, key string, vmi *virtv1.VirtualMachineInstance) {
 					switch _, adopted := c.adopting.LoadAndDelete(vmi.UID); {

@@ -6,10 +6,11 @@
 // replicas, the label selector and the Paused and ReplicaFailure
 // conditions.
 //
-// A replica set is placed by its own key; the VMIs it creates carry its
-// range label (shard.StampRange), so the replica that holds the set holds
-// every member and counts them from its range cache. Orphans are the
-// exception: a VMI a user created on its own lives on its own key's range,
-// which another replica may hold, so the set finds unlabelled orphans
-// that match its selector with a live list (docs/controller.md).
+// A replica set is placed by its own key, and so is each VMI it creates:
+// the members spread over every replica, which run their pods and status.
+// Each member carries the set's range as its fleet's (shard.StampFleetRange),
+// and the replica that holds the set counts, names, scales and deletes its
+// members from that view (kinds.FleetVMIs). Orphans, which carry no fleet
+// label, are found with a live list of those that match the selector, and
+// enlisted (shard.Enlist) into the view (docs/controller.md).
 package replicaset

@@ -142,7 +142,7 @@ func (c *Controller) invalid(ctx context.Context, it sharded.Item, r *caches.Ran
 // (adoptOrphans): while creates and deletes are on their way, their
 // events bring many syncs, and one list each would be wasted.
 func (c *Controller) claim(ctx context.Context, it sharded.Item, r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, selector labels.Selector, adoptOrphans bool) ([]*vmi, error) {
-	owned, err := kinds.VMIs.In(r).ByIndex(byReplicaSet, string(rs.UID))
+	owned, err := kinds.FleetVMIs.In(r).ByIndex(byReplicaSet, string(rs.UID))
 	if err != nil {
 		return nil, err
 	}
@@ -175,12 +175,16 @@ func (c *Controller) claim(ctx context.Context, it sharded.Item, r *caches.Range
 	}
 	ref := metav1.NewControllerRef(rs, virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind)
 	for _, orphan := range orphans {
+		body := shard.Enlist(orphan, *ref, it.Range)
+		if metav1.IsControlledBy(orphan, rs) {
+			body = shard.ClaimMember(orphan, it.Range) // the set's already, but out of its view
+		}
 		var adopted *vmi
 		c.adopting.Store(orphan.UID, true)
 		c.expectations.ExpectCreations(it.Range, it.Key, 1)
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
 			adopted, err = c.env.KubeVirt.VirtualMachineInstances(orphan.Namespace).Patch(ctx, orphan.Name, types.MergePatchType,
-				shard.Adopt(orphan, *ref, it.Range), metav1.PatchOptions{})
+				body, metav1.PatchOptions{})
 			return err
 		})
 		if err != nil {
@@ -200,23 +204,26 @@ func (c *Controller) claim(ctx context.Context, it sharded.Item, r *caches.Range
 	return members, nil
 }
 
-// orphans lists the VMIs of the set's namespace that match its selector,
-// carry no range label and have no controller: VMIs users made on their
-// own. Members carry the set's range label, so the list leaves them out
-// on the server's side and stays as small as the orphans are.
+// orphans lists the VMIs of the set's namespace that match its selector
+// and are out of every set's view (no fleet range label): those with no
+// controller, which users made on their own, and the set's own members
+// made without the label (by KubeVirt's virt-controller before virtshard
+// took over, or by a version that put members on the set's range). Members
+// carry the label, so the list leaves them out on the server's side and
+// stays as small as the orphans are.
 func (c *Controller) orphans(ctx context.Context, rs *virtv1.VirtualMachineInstanceReplicaSet, selector labels.Selector) ([]*vmi, error) {
-	unlabelled, err := labels.NewRequirement(shard.LabelRange, selection.DoesNotExist, nil)
+	outside, err := labels.NewRequirement(shard.LabelFleetRange, selection.DoesNotExist, nil)
 	if err != nil {
 		return nil, err
 	}
-	list, err := c.env.KubeVirt.VirtualMachineInstances(rs.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.Add(*unlabelled).String()})
+	list, err := c.env.KubeVirt.VirtualMachineInstances(rs.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.Add(*outside).String()})
 	if err != nil {
 		return nil, fmt.Errorf("list orphan VMIs of replica set %s/%s: %w", rs.Namespace, rs.Name, err)
 	}
 	var out []*vmi
 	for i := range list.Items {
 		v := &list.Items[i]
-		if metav1.GetControllerOf(v) == nil && v.DeletionTimestamp == nil {
+		if ref := metav1.GetControllerOf(v); (ref == nil || ref.UID == rs.UID) && v.DeletionTimestamp == nil {
 			out = append(out, v)
 		}
 	}
@@ -224,10 +231,11 @@ func (c *Controller) orphans(ctx context.Context, rs *virtv1.VirtualMachineInsta
 }
 
 // release lets go of a member whose labels no longer match: its owner
-// references are cleared, as KubeVirt's release does, for this UID only.
-// It keeps the set's range label: a range label never changes (shard.StampRange).
+// references are cleared, as KubeVirt's release does, and it leaves the
+// set's view, for this UID only. Its own range does not change: the fleet
+// label never placed it.
 func (c *Controller) release(ctx context.Context, it sharded.Item, v *vmi) error {
-	body := fmt.Sprintf(`{"metadata":{"uid":%q,"ownerReferences":[]}}`, v.UID)
+	body := fmt.Sprintf(`{"metadata":{"uid":%q,"ownerReferences":[],"labels":{%q:null}}}`, v.UID, shard.LabelFleetRange)
 	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
 		_, err := c.env.KubeVirt.VirtualMachineInstances(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
 		return err
@@ -404,7 +412,7 @@ func memberNames(r *caches.Range, rs *virtv1.VirtualMachineInstanceReplicaSet, n
 	var names []string
 	for slot := 0; len(names) < n; slot++ {
 		name := sharded.ChildName(prefix, string(rs.UID), strconv.Itoa(slot))
-		if _, taken, _ := kinds.VMIs.In(r).Get(rs.Namespace + "/" + name); !taken {
+		if _, taken, _ := kinds.FleetVMIs.In(r).Get(rs.Namespace + "/" + name); !taken {
 			names = append(names, name)
 		}
 	}
@@ -420,13 +428,14 @@ func memberPrefix(rs *virtv1.VirtualMachineInstanceReplicaSet) string {
 
 // newMember is a member as KubeVirt makes one: the template's metadata and
 // spec, the template's labels, the set as controller; here with its derived
-// name (memberNames) and the set's range label.
+// name (memberNames) and the set's range as its fleet label, for the set's
+// view: the member's own key places it.
 func newMember(rs *virtv1.VirtualMachineInstanceReplicaSet, name string, rng int) *vmi {
 	t := rs.Spec.Template.DeepCopy()
 	v := &vmi{ObjectMeta: t.ObjectMeta, Spec: t.Spec}
 	v.Name, v.GenerateName = name, memberPrefix(rs) // KubeVirt's GenerateName, kept as a record beside the derived name
 	v.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind)}
-	shard.StampRange(v, rng)
+	shard.StampFleetRange(v, rng)
 	return v
 }
 

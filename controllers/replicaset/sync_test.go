@@ -70,7 +70,7 @@ func newRS(replicas int32) *virtv1.VirtualMachineInstanceReplicaSet {
 	return rs
 }
 
-// member is a VMI of rs in phase, created at second s, on rs's range.
+// member is a VMI of rs in phase, created at second s, in rs's view.
 func member(ranges shard.Ranges, rs *virtv1.VirtualMachineInstanceReplicaSet, name string, phase virtv1.VirtualMachineInstancePhase, s int64) *virtv1.VirtualMachineInstance {
 	v := &virtv1.VirtualMachineInstance{
 		ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1",
@@ -79,7 +79,7 @@ func member(ranges shard.Ranges, rs *virtv1.VirtualMachineInstanceReplicaSet, na
 			OwnerReferences:   []metav1.OwnerReference{*metav1.NewControllerRef(rs, virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind)}},
 		Status: virtv1.VirtualMachineInstanceStatus{Phase: phase},
 	}
-	shard.StampRange(v, ranges.Of(rs))
+	shard.StampFleetRange(v, ranges.Of(rs))
 	return v
 }
 
@@ -137,8 +137,8 @@ func TestSyncCreatesTheMissingMembersFromTheTemplate(t *testing.T) {
 	}
 	v := created[0]
 	if v.GenerateName != "web" || v.Labels["app"] != "web" || v.Annotations["note"] != "kept" ||
-		v.Labels[shard.LabelRange] != fmt.Sprint(f.Ranges.Of(rs)) || !metav1.IsControlledBy(v, rs) {
-		t.Errorf("member %+v: want the template's metadata, KubeVirt's generateName, the set's range and controller", v.ObjectMeta)
+		v.Labels[shard.LabelFleetRange] != fmt.Sprint(f.Ranges.Of(rs)) || v.Labels[shard.LabelRange] != "" || !metav1.IsControlledBy(v, rs) {
+		t.Errorf("member %+v: want the template's metadata, KubeVirt's generateName, the set's range as its fleet's (not its own) and controller", v.ObjectMeta)
 	}
 	var names []string
 	for _, c := range created {
@@ -238,12 +238,12 @@ func TestSyncAdoptsMatchingOrphansAndReleasesMembersThatNoLongerMatch(t *testing
 			patches[p.GetName()] = string(p.GetPatch())
 		}
 	}
-	if p := patches["relabelled"]; p != `{"metadata":{"uid":"uid-relabelled","ownerReferences":[]}}` {
+	if p := patches["relabelled"]; p != `{"metadata":{"uid":"uid-relabelled","ownerReferences":[],"labels":{"virtshard.io/fleet-range":null}}}` {
 		t.Errorf("release patch %s", p)
 	}
 	if p := patches["orphan"]; !strings.Contains(p, `"uid":"rs-uid"`) || !strings.Contains(p, `"resourceVersion":"5"`) ||
-		!strings.Contains(p, fmt.Sprintf(`%q:"%d"`, shard.LabelRange, f.Ranges.Of(rs))) {
-		t.Errorf("adoption patch %s: want the set as controller and its range, for the orphan as read", p)
+		!strings.Contains(p, fmt.Sprintf(`%q:"%d"`, shard.LabelFleetRange, f.Ranges.Of(rs))) {
+		t.Errorf("adoption patch %s: want the set as controller and its range as the fleet's, for the orphan as read", p)
 	}
 	for _, w := range f.KubeVirtWrites() {
 		if w == "create virtualmachineinstances" || w == "delete virtualmachineinstances" {
@@ -265,7 +265,7 @@ func TestAnAdoptionIsExpectedUntilTheCacheHoldsIt(t *testing.T) {
 	f := start(t, rs, func(shard.Ranges) []runtime.Object { return []runtime.Object{orphan} })
 	adopted := orphan.DeepCopy()
 	adopted.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, virtv1.VirtualMachineInstanceReplicaSetGroupVersionKind)}
-	shard.StampRange(adopted, f.Ranges.Of(rs))
+	shard.StampFleetRange(adopted, f.Ranges.Of(rs))
 	// The server's answer, held back from the watch.
 	f.KubeVirt.PrependReactor("patch", "virtualmachineinstances", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, adopted.DeepCopy(), nil
@@ -293,6 +293,37 @@ func TestAnAdoptionIsExpectedUntilTheCacheHoldsIt(t *testing.T) {
 		return f.c.expectations.Satisfied(rng, key), nil
 	}); err != nil {
 		t.Errorf("the adopted VMI in the cache did not satisfy the set's expectations: %v", err)
+	}
+}
+
+// A member the set controls but that carries no fleet label (KubeVirt's
+// virt-controller made it, or a version that put members on the set's
+// range) is taken into the set's view, not counted as missing.
+func TestAMemberOutOfTheViewIsClaimedNotReplaced(t *testing.T) {
+	rs := newRS(1)
+	var made *virtv1.VirtualMachineInstance
+	f := start(t, rs, func(r shard.Ranges) []runtime.Object {
+		made = member(r, rs, "made-by-kubevirt", virtv1.Running, 1)
+		delete(made.Labels, shard.LabelFleetRange)
+		return []runtime.Object{made}
+	})
+	if err := f.sync(rs); err != nil {
+		t.Fatal(err)
+	}
+	var patched []string
+	for _, a := range f.KubeVirt.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetVerb() == "patch" {
+			patched = append(patched, p.GetName()+" "+string(p.GetPatch()))
+		}
+	}
+	want := fmt.Sprintf(`made-by-kubevirt {"metadata":{"labels":{%q:"%d"},"resourceVersion":"1","uid":"uid-made-by-kubevirt"}}`, shard.LabelFleetRange, f.Ranges.Of(rs))
+	if !slices.Equal(patched, []string{want}) {
+		t.Errorf("patches %q, want %q", patched, want)
+	}
+	for _, w := range f.KubeVirtWrites() {
+		if w == "create virtualmachineinstances" {
+			t.Errorf("writes %q: the claimed member is the one replica", f.KubeVirtWrites())
+		}
 	}
 }
 

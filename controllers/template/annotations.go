@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/virtshard/virtshard/shard"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -57,6 +59,9 @@ func podLabels(vmi *virtv1.VirtualMachineInstance, hostname string) map[string]s
 	if labels == nil {
 		labels = map[string]string{}
 	}
+	// A fleet's view holds its VMIs, not their pods: a pod in it would
+	// cost the fleet's replica a cached copy and a watch event for nothing.
+	delete(labels, shard.LabelFleetRange)
 	labels[virtv1.AppLabel] = LauncherLabelValue
 	labels[virtv1.CreatedByLabel] = string(vmi.UID)
 	labels[virtv1.DeprecatedVirtualMachineNameLabel] = hostname

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/shard"
 )
 
 func TestValidateNetworks(t *testing.T) {
@@ -122,5 +124,20 @@ func TestValidateVolumes(t *testing.T) {
 		if err := ValidateVolumes(vmi); (err == nil) != tt.valid {
 			t.Errorf("%s: ValidateVolumes = %v", tt.name, err)
 		}
+	}
+}
+
+// A launcher pod carries its VMI's labels but the fleet's range: the
+// fleet's view selects VMIs, not pods.
+func TestPodLabelsLeaveTheFleetsRangeOut(t *testing.T) {
+	vmi := &virtv1.VirtualMachineInstance{}
+	vmi.Name, vmi.UID = "web-0", "uid"
+	vmi.Labels = map[string]string{"app": "web", shard.LabelFleetRange: "4"}
+	labels := podLabels(vmi, "web-0")
+	if _, has := labels[shard.LabelFleetRange]; has || labels["app"] != "web" || labels[virtv1.CreatedByLabel] != "uid" {
+		t.Errorf("pod labels %v, want the VMI's without its fleet's range", labels)
+	}
+	if vmi.Labels[shard.LabelFleetRange] != "4" {
+		t.Error("the VMI's labels were modified")
 	}
 }

@@ -220,6 +220,13 @@ func TestNewVMIIsTheTemplateStampedWithTheVMsRange(t *testing.T) {
 	if vm.Spec.Template.ObjectMeta.Labels[shard.LabelRange] != "9" {
 		t.Error("the VM's template was modified")
 	}
+	if _, fleet := vmi.Labels[shard.LabelFleetRange]; fleet {
+		t.Errorf("labels %v: a VM of no pool gave its VMI a fleet's range", vmi.Labels)
+	}
+	shard.StampFleetRange(vm, 7)
+	if vmi, err := newVMI(vm, 5, nil); err != nil || vmi.Labels[shard.LabelFleetRange] != "7" || vmi.Labels[shard.LabelRange] != "5" {
+		t.Errorf("a pool's VM gave labels %v (%v), want its pool's range 7 as the fleet's beside range 5", vmi.Labels, err)
+	}
 	if _, err := newVMI(&virtv1.VirtualMachine{}, 0, nil); err == nil {
 		t.Error("a VM without a template gave a VMI")
 	}

@@ -394,7 +394,8 @@ func (c *Controller) startAfterBackoff(ctx context.Context, it item, o *observed
 }
 
 // newVMI renders the VMI of vm from its template, stamped with the VM's
-// range so that the VM's replica also holds it.
+// range so that the VM's replica also holds it, and with the range of the
+// VM's fleet (a pool), if it has one, so that the pool sees it too.
 // A preference's autoattach choices go in first: they decide the default
 // input device (here) and pod interface (applyInstancetype).
 func newVMI(vm *virtv1.VirtualMachine, rng int, pref *v1beta1.VirtualMachinePreferenceSpec) (*virtv1.VirtualMachineInstance, error) {
@@ -431,6 +432,9 @@ func newVMI(vm *virtv1.VirtualMachine, rng int, pref *v1beta1.VirtualMachinePref
 		d.Inputs = []virtv1.Input{{Name: "default-0"}}
 	}
 	shard.StampRange(vmi, rng)
+	if fleet, ok := vm.Labels[shard.LabelFleetRange]; ok {
+		vmi.Labels[shard.LabelFleetRange] = fleet
+	}
 	if vmi.Annotations == nil {
 		vmi.Annotations = map[string]string{}
 	}

@@ -27,7 +27,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
 // A pool on three replicas keeps its VMs at <pool>-<index>: one deleted
-// comes back under its name, on the pool's range, and no VM is ever
+// comes back under its name, in the pool's view, and no VM is ever
 // created beyond those; through a replica killed, a new VMI template
 // rewrites every VM and restarts each VMI started from the old one.
 func TestAPoolKeepsItsNamesAndReplacesOutdatedVMs(t *testing.T) {
@@ -72,8 +72,8 @@ func TestAPoolKeepsItsNamesAndReplacesOutdatedVMs(t *testing.T) {
 	}
 	names := []string{"web-0", "web-1", "web-2"}
 
-	// settled waits until the pool's VMs are names, on the pool's range,
-	// ready, each with its running VMI at the VM's revision and of the
+	// settled waits until the pool's VMs are names, in the pool's view and
+	// on their own ranges, ready, each with its running VMI at the VM's revision and of the
 	// given version; it returns the VMIs' UIDs.
 	settled := func(version string) map[string]types.UID {
 		t.Helper()
@@ -94,8 +94,9 @@ func TestAPoolKeepsItsNamesAndReplacesOutdatedVMs(t *testing.T) {
 					continue
 				}
 				live = append(live, v.Name)
-				if v.Labels[shard.LabelRange] != strconv.Itoa(ranges.Of(pool)) || !metav1.IsControlledBy(&v, pool) {
-					last = fmt.Sprintf("VM %s: range %q, controller %v", v.Name, v.Labels[shard.LabelRange], metav1.GetControllerOf(&v))
+				if v.Labels[shard.LabelFleetRange] != strconv.Itoa(ranges.Of(pool)) || v.Labels[shard.LabelRange] != "" || !metav1.IsControlledBy(&v, pool) {
+					last = fmt.Sprintf("VM %s: fleet range %q, range label %q, controller %v", v.Name, v.Labels[shard.LabelFleetRange],
+						v.Labels[shard.LabelRange], metav1.GetControllerOf(&v))
 					return false, nil
 				}
 				vmi, err := kv.VirtualMachineInstances(ns).Get(ctx, v.Name, metav1.GetOptions{})
@@ -104,6 +105,11 @@ func TestAPoolKeepsItsNamesAndReplacesOutdatedVMs(t *testing.T) {
 					return false, nil
 				}
 				revision := v.Labels[virtv1.VirtualMachinePoolRevisionName]
+				if vmi.Labels[shard.LabelFleetRange] != v.Labels[shard.LabelFleetRange] || vmi.Labels[shard.LabelRange] != strconv.Itoa(ranges.Of(&v)) {
+					last = fmt.Sprintf("VMI %s: fleet range %q, range %q; want its pool's and its VM's %d", v.Name,
+						vmi.Labels[shard.LabelFleetRange], vmi.Labels[shard.LabelRange], ranges.Of(&v))
+					return false, nil
+				}
 				if vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || vmi.Labels["version"] != version || vmi.Labels[virtv1.VirtualMachinePoolRevisionName] != revision {
 					last = fmt.Sprintf("VMI %s: %s, version %q, revision %q (VM's %q)", v.Name, vmi.Status.Phase, vmi.Labels["version"], vmi.Labels[virtv1.VirtualMachinePoolRevisionName], revision)
 					return false, nil

@@ -27,8 +27,9 @@ func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
 // A replica set scaled while the replicas that may hold it go away, one
 // killed (SIGKILL: its ranges wait for their leases to expire) and one
-// stopped, reaches exactly its replicas: every member on the set's range,
-// running, and no member ever created beyond what the set asked for.
+// stopped, reaches exactly its replicas: every member in the set's view
+// (its fleet label) and on its own key's range, running, and no member ever
+// created beyond what the set asked for.
 func TestAReplicaSetScalesThroughAKilledReplicaWithoutACreateTooMany(t *testing.T) {
 	ctx := context.Background()
 	ns, _, kv := controllertest.Clients(t)
@@ -127,9 +128,10 @@ func TestAReplicaSetScalesThroughAKilledReplicaWithoutACreateTooMany(t *testing.
 		slots[sharded.ChildName(set.Name, string(set.UID), strconv.Itoa(slot))] = true
 	}
 	for _, v := range vmis.Items {
-		if !metav1.IsControlledBy(&v, set) || v.Labels[shard.LabelRange] != want || !slots[v.Name] {
-			t.Errorf("member %s: controller %v, range %q; want the set, its range %s and the name of one of its slots", v.Name,
-				metav1.GetControllerOf(&v), v.Labels[shard.LabelRange], want)
+		_, labelled := v.Labels[shard.LabelRange]
+		if !metav1.IsControlledBy(&v, set) || v.Labels[shard.LabelFleetRange] != want || labelled || !slots[v.Name] {
+			t.Errorf("member %s: controller %v, fleet range %q, range label %v; want the set, its range %s as the fleet's, "+
+				"none of its own and the name of one of its slots", v.Name, metav1.GetControllerOf(&v), v.Labels[shard.LabelFleetRange], labelled, want)
 		}
 	}
 
