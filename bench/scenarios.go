@@ -222,20 +222,36 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		r.profiles = newProfiles(ctx)
 		defer r.profiles.stop()
 	}
-	if scenario == ScenarioKubeVirt {
-		report, err := r.runKubeVirt(ctx, suffix)
+	ropts := replicas.Options{Binary: binary, Kubeconfig: e.copts.KubeconfigPath(), Namespace: leases, WatchNamespace: r.ns,
+		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: append(args, o.ReplicaArgs...)}
+	// The kubevirt and fleet scenarios start the controllers they measure.
+	var selfStarted func() (*Report, error)
+	writeOut := r.writeOut
+	switch scenario {
+	case ScenarioKubeVirt:
+		selfStarted = func() (*Report, error) { return r.runKubeVirt(ctx, suffix) }
+	case ScenarioFleet:
+		selfStarted, writeOut = func() (*Report, error) {
+			// Stopped before the output is written: the replicas' last
+			// profile windows complete as they stop.
+			defer func() {
+				if r.fleet != nil {
+					r.fleet.stop()
+				}
+			}()
+			return r.fleets(ctx, ropts, ranges)
+		}, r.writeFleetsOut
+	}
+	if selfStarted != nil {
+		report, err := selfStarted()
+		if err == nil && out != "" {
+			err = writeOut(out, report)
+		}
 		if err != nil {
 			return nil, err
 		}
-		if out != "" {
-			if err := r.writeOut(out, report); err != nil {
-				return nil, err
-			}
-		}
 		return report, nil
 	}
-	ropts := replicas.Options{Binary: binary, Kubeconfig: e.copts.KubeconfigPath(), Namespace: leases, WatchNamespace: r.ns,
-		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: append(args, o.ReplicaArgs...)}
 	var kubeconfigs []string
 	switch scenario {
 	case ScenarioChaos, ScenarioFailover, ScenarioRolling:
@@ -253,21 +269,6 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 		kubeconfigs = r.chaosSetup.kubeconfigs
 	}
 	e.logf("%s: starting %d replicas (logs in %s)", scenario, r.replicas, ropts.LogDir)
-	if scenario == ScenarioFleet {
-		report, err := r.fleets(ctx, ropts, ranges)
-		if r.fleet != nil {
-			r.fleet.stop()
-		}
-		if err != nil {
-			return nil, err
-		}
-		if out != "" {
-			if err := r.writeFleetsOut(out, report); err != nil {
-				return nil, err
-			}
-		}
-		return report, nil
-	}
 	r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles, kubeconfigs)
 	if err != nil {
 		return nil, err

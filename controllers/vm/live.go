@@ -13,6 +13,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/template"
 )
 
 // Under the LiveUpdate rollout, a running VMI takes its VM's new node
@@ -39,8 +40,9 @@ func (c *Controller) liveChangesApply(o *observed) bool {
 		!c.env.ClusterConfig.Current().IsVMRolloutStrategyLiveUpdate() {
 		return false
 	}
-	// Instance types and preferences would be applied first; virtshard
-	// does not expand them yet.
+	// KubeVirt applies the instance type and preference to the template
+	// before it takes live fields to the VMI; virtshard does not take the
+	// live fields of such a VM to its VMI yet (LiveUpdate, issue 31).
 	if o.vm.Spec.Instancetype != nil || o.vm.Spec.Preference != nil {
 		return false
 	}
@@ -113,15 +115,8 @@ func (c *Controller) describeReceivedVolumes(ctx context.Context, it item, o *ob
 	}
 	var volumes []virtv1.StorageMigratedVolumeInfo
 	for _, v := range o.vm.Spec.Template.Spec.Volumes {
-		var claim string
-		switch {
-		case v.DataVolume != nil:
-			claim = v.DataVolume.Name
-		case v.PersistentVolumeClaim != nil:
-			claim = v.PersistentVolumeClaim.ClaimName
-		case v.MemoryDump != nil:
-			claim = v.MemoryDump.ClaimName
-		default:
+		claim := template.VolumeClaim(v)
+		if claim == "" {
 			continue
 		}
 		pvc, ok := c.env.Objects.PVC(vmi.Namespace, claim)

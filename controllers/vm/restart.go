@@ -46,8 +46,8 @@ type liveSettings struct {
 // the running VMI cannot take, as KubeVirt v1.8.1's syncRestartRequired
 // (pkg/virt-controller/watch/vm/vm.go) judges: the two templates' specs
 // must be equal once the fields that can change live are taken from the
-// current one. Instance types and preferences are not expanded first
-// (virtshard does not expand them yet).
+// current one. The caller expands instance types and preferences into
+// both first (judgeRestart), as KubeVirt does.
 func needsRestart(started *virtv1.VirtualMachineSpec, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, live liveSettings) bool {
 	if started.Template == nil || vm.Spec.Template == nil {
 		return false
