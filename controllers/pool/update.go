@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,9 +68,10 @@ func (c *Controller) update(ctx context.Context, it sharded.Item, r *caches.Rang
 			return false, 0, &syncError{ReasonFailedUpdate, fmt.Errorf("failed to filter VMs based on ordered policies: %w", err)}
 		}
 	}
+	judge := newRevisionJudge(r, pool)
 	var outdated, current []*vm
 	for _, v := range candidates {
-		old, err := c.outdated(r, pool, v)
+		old, err := judge.outdated(v)
 		if err != nil {
 			return false, 0, &syncError{ReasonFailedUpdate, fmt.Errorf("error while detecting outdated VMs: %w", err)}
 		}
@@ -79,7 +81,7 @@ func (c *Controller) update(ctx context.Context, it sharded.Item, r *caches.Rang
 			current = append(current, v)
 		}
 	}
-	if err := c.rewrite(ctx, it, r, pool, outdated); err != nil {
+	if err := c.rewrite(ctx, it, r, pool, judge, outdated); err != nil {
 		return false, 0, &syncError{ReasonFailedUpdate, fmt.Errorf("error during VM update: %w", err)}
 	}
 	if strategy == nil || strategy.Opportunistic == nil {
@@ -91,18 +93,46 @@ func (c *Controller) update(ctx context.Context, it sharded.Item, r *caches.Rang
 	return len(outdated) == 0, retry, nil
 }
 
+// revisionJudge tells, within one sync of a pool, whether a VM's revision
+// is outdated. A pool's VMs share a few revisions, so each revision is
+// decoded and compared with the pool's template once, not once per VM:
+// that comparison was most of a pool replica's CPU at 500 VMs. Rewrites
+// run in parallel and ask it too, hence the lock.
+type revisionJudge struct {
+	r    *caches.Range
+	pool *poolv1.VirtualMachinePool
+
+	mu       sync.Mutex
+	verdicts map[string]bool
+}
+
+func newRevisionJudge(r *caches.Range, pool *poolv1.VirtualMachinePool) *revisionJudge {
+	return &revisionJudge{r: r, pool: pool, verdicts: map[string]bool{}}
+}
+
 // outdated: the VM has no revision label, its revision is not there, or
-// the VM template it holds is not the pool's.
-func (c *Controller) outdated(r *caches.Range, pool *poolv1.VirtualMachinePool, v *vm) (bool, error) {
+// the VM template it holds is not the pool's. Only a revision that was
+// found is remembered; one not yet cached is looked up again.
+func (j *revisionJudge) outdated(v *vm) (bool, error) {
 	name, ok := v.Labels[virtv1.VirtualMachinePoolRevisionName]
 	if !ok {
 		return true, nil
 	}
-	spec, found, err := revisionSpec(r, pool.Namespace, name)
+	j.mu.Lock()
+	verdict, known := j.verdicts[name]
+	j.mu.Unlock()
+	if known {
+		return verdict, nil
+	}
+	spec, found, err := revisionSpec(j.r, j.pool.Namespace, name)
 	if err != nil || !found {
 		return true, err
 	}
-	return !equality.Semantic.DeepEqual(spec.VirtualMachineTemplate, pool.Spec.VirtualMachineTemplate), nil
+	verdict = !equality.Semantic.DeepEqual(spec.VirtualMachineTemplate, j.pool.Spec.VirtualMachineTemplate)
+	j.mu.Lock()
+	j.verdicts[name] = verdict
+	j.mu.Unlock()
+	return verdict, nil
 }
 
 // revisionSpec is the pool spec the revision name holds, if it is cached
@@ -120,7 +150,7 @@ func revisionSpec(r *caches.Range, namespace, name string) (*poolv1.VirtualMachi
 // index, under the pool's current revision, keeping the firmware UUID and
 // serial the VM was made with (they name the machine to its guest) and
 // its range labels (keepPlacement).
-func (c *Controller) rewrite(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool, outdated []*vm) error {
+func (c *Controller) rewrite(ctx context.Context, it sharded.Item, r *caches.Range, pool *poolv1.VirtualMachinePool, judge *revisionJudge, outdated []*vm) error {
 	if len(outdated) == 0 {
 		return nil
 	}
@@ -166,7 +196,7 @@ func (c *Controller) rewrite(ctx context.Context, it sharded.Item, r *caches.Ran
 				if fresh.UID != old.UID {
 					return fmt.Errorf("VM %s/%s was replaced", v.Namespace, v.Name)
 				}
-				if still, checkErr := c.outdated(r, pool, fresh); checkErr != nil || !still {
+				if still, checkErr := judge.outdated(fresh); checkErr != nil || !still {
 					v = nil
 					return checkErr
 				}
