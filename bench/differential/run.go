@@ -3,6 +3,7 @@ package differential
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,9 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/handler"
+	"github.com/virtshard/virtshard/bench/kubevirt"
+	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
 
 // Captured are the kinds a checkpoint captures, besides those a scenario
@@ -51,12 +55,24 @@ type Capture struct {
 
 // Run runs s in namespace ns, which must exist, and returns its captures
 // in checkpoint order.
-func (r *Runner) Run(ctx context.Context, s *Scenario, ns string) ([]Capture, error) {
+func (r *Runner) Run(ctx context.Context, s *Scenario, ns string) (_ []Capture, err error) {
 	kinds := slices.Clone(Captured)
 	var out []Capture
+	var restore func(context.Context) error
+	defer func() {
+		if restore != nil {
+			err = errors.Join(err, restore(context.WithoutCancel(ctx)))
+		}
+	}()
 	for i, st := range s.Steps {
 		var err error
 		switch {
+		case st.Configure != nil:
+			var undo func(context.Context) error
+			undo, err = r.configure(ctx, st.Configure)
+			if restore == nil {
+				restore = undo // the configuration the scenario began with
+			}
 		case st.Create != nil:
 			var gvr schema.GroupVersionResource
 			var namespaced bool
@@ -389,4 +405,64 @@ func (r *Runner) capture(ctx context.Context, ns string, kinds []schema.GroupVer
 		return strings.Compare(a.GetName(), b.GetName())
 	})
 	return out, nil
+}
+
+// configSettle is how long a change of the KubeVirt CR is given to reach
+// the controller before the scenario goes on: KubeVirt's virt-controller
+// gives no sign that it has read the CR, and an informer of this machine's
+// cluster sees a change well within it.
+const configSettle = 2 * time.Second
+
+// configure merges fragment into the KubeVirt CR's spec.configuration and
+// returns what puts the configuration back as it was.
+func (r *Runner) configure(ctx context.Context, fragment map[string]any) (restore func(context.Context) error, err error) {
+	crs := r.Dynamic.Resource(clusterconfig.KubeVirtResource).Namespace(kubevirt.Namespace)
+	cr, err := crs.Get(ctx, kubevirt.CRName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get the KubeVirt CR: %w", err)
+	}
+	before, _, err := unstructured.NestedFieldCopy(cr.Object, "spec", "configuration")
+	if err != nil {
+		return nil, fmt.Errorf("read the KubeVirt CR's configuration: %w", err)
+	}
+	data, err := json.Marshal(map[string]any{"spec": map[string]any{"configuration": fragment}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := crs.Patch(ctx, kubevirt.CRName, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("configure the KubeVirt CR: %w", err)
+	}
+	if err := sleep(ctx, configSettle); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		// The whole configuration back, by an update: a merge patch
+		// cannot take back a field the fragment added inside another.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cr, err := crs.Get(ctx, kubevirt.CRName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if before == nil {
+				unstructured.RemoveNestedField(cr.Object, "spec", "configuration")
+			} else if err := unstructured.SetNestedField(cr.Object, before, "spec", "configuration"); err != nil {
+				return err
+			}
+			_, err = crs.Update(ctx, cr, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("restore the KubeVirt CR's configuration: %w", err)
+		}
+		return sleep(ctx, configSettle)
+	}, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }

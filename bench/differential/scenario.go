@@ -45,6 +45,12 @@ type Step struct {
 	Wait *WaitStep `json:"wait,omitempty"`
 	// Checkpoint captures every object of the scenario under this name.
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// Configure merges a fragment into the KubeVirt CR's
+	// spec.configuration (a JSON merge patch: null removes a field), for
+	// behaviour only a configuration other than the default shows. The
+	// configuration is put back as the scenario ends. The CR is the
+	// cluster's, so the scenario must be exclusive.
+	Configure map[string]any `json:"configure,omitempty"`
 }
 
 // Ref names an object of the scenario.
@@ -196,6 +202,9 @@ func (s *Scenario) Validate() error {
 	}
 	seen := map[string]bool{}
 	for i, st := range s.Steps {
+		if st.Configure != nil && !s.Exclusive {
+			errs = append(errs, fmt.Errorf("step %d: a scenario that configures must be exclusive: the KubeVirt CR is the cluster's", i+1))
+		}
 		if err := st.validate(); err != nil {
 			errs = append(errs, fmt.Errorf("step %d: %w", i+1, err))
 		}
@@ -214,13 +223,13 @@ func (s *Scenario) Validate() error {
 
 func (st Step) validate() error {
 	set := 0
-	for _, isSet := range []bool{st.Create != nil, st.Patch != nil, st.Delete != nil, st.Node != nil, st.Request != nil, st.Wait != nil, st.Checkpoint != ""} {
+	for _, isSet := range []bool{st.Create != nil, st.Patch != nil, st.Delete != nil, st.Node != nil, st.Request != nil, st.Wait != nil, st.Checkpoint != "", st.Configure != nil} {
 		if isSet {
 			set++
 		}
 	}
 	if set != 1 {
-		return fmt.Errorf("%d actions, want exactly one of create, patch, delete, node, request, wait, checkpoint", set)
+		return fmt.Errorf("%d actions, want exactly one of create, patch, delete, node, request, wait, checkpoint, configure", set)
 	}
 	switch {
 	case st.Create != nil:

@@ -35,14 +35,15 @@ func TestTheCorpusLoads(t *testing.T) {
 
 func TestABadScenarioIsRefusedWithItsReason(t *testing.T) {
 	for file, want := range map[string]string{
-		"two-actions.yaml":       "2 actions",
-		"no-checkpoint.yaml":     "no checkpoint",
-		"unknown-field.yaml":     "unknown field",
-		"generate-name.yaml":     "metadata.name",
-		"stop-without-node.yaml": "names a node",
-		"bad-duration.yaml":      "duration",
-		"two-waits.yaml":         "exactly one of quiet",
-		"bad-name.yaml":          "namespace",
+		"two-actions.yaml":          "2 actions",
+		"no-checkpoint.yaml":        "no checkpoint",
+		"unknown-field.yaml":        "unknown field",
+		"generate-name.yaml":        "metadata.name",
+		"stop-without-node.yaml":    "names a node",
+		"bad-duration.yaml":         "duration",
+		"two-waits.yaml":            "exactly one of quiet",
+		"bad-name.yaml":             "namespace",
+		"shared-configuration.yaml": "must be exclusive",
 	} {
 		t.Run(file, func(t *testing.T) {
 			_, err := Load(filepath.Join("testdata", "bad", file))

@@ -36,9 +36,9 @@ const (
 	// LeaseName is virt-controller's leader Lease in Namespace
 	// (pkg/virt-controller/leaderelectionconfig DefaultLeaseName).
 	LeaseName = "virt-controller"
-	// kubeVirtName is the KubeVirt CR's name, as in KubeVirt's release
-	// manifest (kubevirt-cr.yaml).
-	kubeVirtName = "kubevirt"
+	// CRName is the KubeVirt CR's name in Namespace, as in KubeVirt's
+	// release manifest (kubevirt-cr.yaml).
+	CRName = "kubevirt"
 	// fieldManager applies the CRDs.
 	fieldManager = "virtshard-bench"
 )
@@ -149,7 +149,7 @@ func ensureKubeVirt(ctx context.Context, client dynamic.Interface) error {
 	crs := client.Resource(clusterconfig.KubeVirtResource).Namespace(Namespace)
 	kv := &virtv1.KubeVirt{
 		TypeMeta:   metav1.TypeMeta{APIVersion: virtv1.GroupVersion.String(), Kind: "KubeVirt"},
-		ObjectMeta: metav1.ObjectMeta{Name: kubeVirtName, Namespace: Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: CRName, Namespace: Namespace},
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(kv)
 	if err != nil {
@@ -157,10 +157,10 @@ func ensureKubeVirt(ctx context.Context, client dynamic.Interface) error {
 	}
 	got, err := crs.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		got, err = crs.Get(ctx, kubeVirtName, metav1.GetOptions{})
+		got, err = crs.Get(ctx, CRName, metav1.GetOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("create KubeVirt %s/%s: %w", Namespace, kubeVirtName, err)
+		return fmt.Errorf("create KubeVirt %s/%s: %w", Namespace, CRName, err)
 	}
 	phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
 	arch, _, _ := unstructured.NestedString(got.Object, "status", "defaultArchitecture")
@@ -173,8 +173,8 @@ func ensureKubeVirt(ctx context.Context, client dynamic.Interface) error {
 	if err != nil {
 		return err
 	}
-	if _, err := crs.Patch(ctx, kubeVirtName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("set the status of KubeVirt %s/%s: %w", Namespace, kubeVirtName, err)
+	if _, err := crs.Patch(ctx, CRName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("set the status of KubeVirt %s/%s: %w", Namespace, CRName, err)
 	}
 	return nil
 }

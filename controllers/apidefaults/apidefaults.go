@@ -131,6 +131,13 @@ func roundTrip(in, out *virtv1.VirtualMachineInstance) error {
 	return json.Unmarshal(data, out)
 }
 
+// SetSpecDefaults gives a VMI spec the defaults of pkg/defaults'
+// SetDefaultVirtualMachineInstanceSpec, the part of virt-api's that a VM
+// controller expanding an instance type into a VM's template gives it.
+func SetSpecDefaults(spec *virtv1.VirtualMachineInstanceSpec, cluster Cluster) error {
+	return setSpecDefaults(spec, configView{cluster.Configuration()})
+}
+
 // SetVMDefaults gives a VMI spec the defaults KubeVirt's VM controller
 // gives the VMI it makes before applying an instance type and preference
 // (SetupVMIFromVM, SetDefaultNetworkInterface): a disk for every volume

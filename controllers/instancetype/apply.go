@@ -25,6 +25,12 @@ func (c Conflicts) VMIError() error {
 	return fmt.Errorf("VMI conflicts with instancetype spec in fields: [%s]", c)
 }
 
+// VMError is KubeVirt's error for conflicts met in a VM's template (an
+// instance type stored or expanded into it).
+func (c Conflicts) VMError() error {
+	return fmt.Errorf("VM field(s) %s conflicts with selected instance type", c)
+}
+
 // Apply applies the instance type it and then the preference pref (either
 // may be nil) to the VMI spec and metadata, naming conflicts from base
 // ("spec" when a VM creates its VMI). On conflicts the preference is not

@@ -126,10 +126,12 @@ type resolved struct {
 
 func (r resolved) none() bool { return r.instancetype == nil && r.preference == nil }
 
-// syncInstancetypes finds what vm names, stores the revisions it has not
-// yet, and names them in its status, as KubeVirt's Sync does before the
-// VM's DataVolumes and VMI. It updates o.vm from its status patch and
-// o.resolved.
+// syncInstancetypes finds what vm names and, by the KubeVirt CR's
+// instancetype.referencePolicy, either stores the revisions it has not
+// yet and names them in its status, then brings old revisions to the
+// latest version (reference), or writes what they hold into the VM
+// itself (expand, expandAll), as KubeVirt's Sync does before the VM's
+// DataVolumes and VMI. It updates o.vm from its writes and o.resolved.
 func (c *Controller) syncInstancetypes(ctx context.Context, it item, r *caches.Range, o *observed) error {
 	vm := o.vm
 	if vm.Spec.Instancetype == nil && vm.Spec.Preference == nil {
@@ -139,6 +141,21 @@ func (c *Controller) syncInstancetypes(ctx context.Context, it item, r *caches.R
 	if o.resolved, err = c.resolve(ctx, r, vm, &vm.Status); err != nil {
 		return err
 	}
+	switch policy := c.env.ClusterConfig.Current().InstancetypeReferencePolicy(); policy {
+	case virtv1.Expand, virtv1.ExpandAll:
+		return c.expandInstancetypes(ctx, it, o, policy)
+	case virtv1.Reference:
+		if err := c.storeRevisions(ctx, it, o); err != nil {
+			return err
+		}
+	}
+	return c.upgradeRevisions(ctx, it, r, o)
+}
+
+// storeRevisions stores a revision of each object the VM names that its
+// status does not name one of yet, and names them in its status.
+func (c *Controller) storeRevisions(ctx context.Context, it item, o *observed) error {
+	vm := o.vm
 	status := vm.Status.DeepCopy()
 	var ops []map[string]any
 	for _, side := range []matcherSide{instancetypeSide, preferenceSide} {
@@ -153,21 +170,29 @@ func (c *Controller) syncInstancetypes(ctx context.Context, it item, r *caches.R
 	if len(ops) == 0 {
 		return nil
 	}
+	if err := c.patchVMStatus(ctx, it, o, ops); err != nil {
+		return &syncError{reason: "FailedCreate", message: "error encountered while storing instancetype.kubevirt.io controllerRevisions: " + err.Error()}
+	}
+	return nil
+}
+
+// patchVMStatus sends a JSON patch of the VM's status and, as KubeVirt's
+// patchVM, takes metadata and status from the answer, the spec as the
+// sync has it.
+func (c *Controller) patchVMStatus(ctx context.Context, it item, o *observed, ops []map[string]any) error {
 	body, err := json.Marshal(ops)
 	if err != nil {
 		return err
 	}
 	var patched *virtv1.VirtualMachine
 	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
-		patched, err = c.env.KubeVirt.VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, body, metav1.PatchOptions{}, "status")
+		patched, err = c.env.KubeVirt.VirtualMachines(o.vm.Namespace).Patch(ctx, o.vm.Name, types.JSONPatchType, body, metav1.PatchOptions{}, "status")
 		return err
 	})
 	if err != nil {
-		return &syncError{reason: "FailedCreate", message: "error encountered while storing instancetype.kubevirt.io controllerRevisions: " + err.Error()}
+		return err
 	}
 	c.wrote(it.Range, patched)
-	// As KubeVirt's patchVM: metadata and status from the answer, the
-	// spec as the sync has it.
 	o.vm.ObjectMeta, o.vm.Status = patched.ObjectMeta, patched.Status
 	return nil
 }
@@ -321,8 +346,7 @@ func (c *Controller) storeRevision(ctx context.Context, it item, side matcherSid
 
 // createRevision stores the object m names as a revision the VM controls,
 // and returns its name. An instance type whose fields the VM's template
-// already sets is refused first. A revision of the name that holds the
-// same spec is the VM's already; one that holds another is an error.
+// already sets is refused first.
 func (c *Controller) createRevision(ctx context.Context, it item, side matcherSide, vm *virtv1.VirtualMachine, m *matcher) (string, error) {
 	kind, err := side.kindOf(m)
 	if err != nil {
@@ -345,15 +369,22 @@ func (c *Controller) createRevision(ctx context.Context, it item, side matcherSi
 		// change outside the template).
 		template := vm.Spec.Template.Spec.DeepCopy()
 		if conflicts := instancetype.Apply("spec.template.spec", spec, nil, template, &vm.Spec.Template.ObjectMeta); len(conflicts) > 0 {
-			return "", fmt.Errorf("VM field(s) %s conflicts with selected instance type", conflicts)
+			return "", conflicts.VMError()
 		}
 	}
 	cr, err := newInstancetypeRevision(vm, kind, obj, it.Range)
 	if err != nil {
 		return "", err
 	}
-	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-		_, err := c.env.Kube.AppsV1().ControllerRevisions(vm.Namespace).Create(ctx, cr, metav1.CreateOptions{})
+	return c.storeOrReuse(ctx, it, cr)
+}
+
+// storeOrReuse creates the revision cr and returns its name. A revision
+// of the name that holds the same spec is the VM's already; one that
+// holds another is an error.
+func (c *Controller) storeOrReuse(ctx context.Context, it item, cr *appsv1.ControllerRevision) (string, error) {
+	err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.env.Kube.AppsV1().ControllerRevisions(cr.Namespace).Create(ctx, cr, metav1.CreateOptions{})
 		return err
 	})
 	switch {
@@ -362,7 +393,7 @@ func (c *Controller) createRevision(ctx context.Context, it item, side matcherSi
 	case !apierrors.IsAlreadyExists(err):
 		return "", fmt.Errorf("failed to create ControllerRevision: %w", err)
 	}
-	existing, err := c.env.Kube.AppsV1().ControllerRevisions(vm.Namespace).Get(ctx, cr.Name, metav1.GetOptions{})
+	existing, err := c.env.Kube.AppsV1().ControllerRevisions(cr.Namespace).Get(ctx, cr.Name, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("failed to get ControllerRevision: %w", err)
 	}

@@ -58,6 +58,9 @@ type observed struct {
 	volumes volumeState
 	// resolved are the instance type and preference the VM runs from.
 	resolved resolved
+	// expanded: the sync wrote the VM's instance type and preference
+	// into it, and ends there.
+	expanded bool
 }
 
 // volumeState is what KubeVirt's printable status reads of a VM's
@@ -139,7 +142,7 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 		}
 		// Judged once the run strategy acted without a failure, against
 		// the VMI the sync began with, as KubeVirt judges it.
-		if syncErr == nil && o.vm.DeletionTimestamp == nil {
+		if syncErr == nil && o.vm.DeletionTimestamp == nil && !o.expanded {
 			retry, err := c.follow(ctx, it, r, &o, &syncErr)
 			if err != nil {
 				return 0, err
@@ -267,6 +270,9 @@ func (c *Controller) act(ctx context.Context, it item, o *observed) (time.Durati
 	// instance type or preference cannot be found or stored.
 	if err := c.syncInstancetypes(ctx, it, r, o); err != nil {
 		return instancetypeRetry, err
+	}
+	if o.expanded {
+		return 0, nil
 	}
 	vm = o.vm
 	// KubeVirt's default: the DataVolumes first, and no start until they

@@ -32,10 +32,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	t.Helper()
+	return newFixtureOn(t, shardedtest.Cluster{Objects: objects})
+}
+
+func newFixtureOn(t *testing.T, cluster shardedtest.Cluster) *fixture {
+	t.Helper()
 	f, c := shardedtest.StartController(t, "vm", func(env *sharded.Env, rt *sharded.Runtime) (*Controller, *sharded.Controller, error) {
 		c := newController(env, rt, DefaultOptions())
 		return c, c.declare(), nil
-	}, shardedtest.Cluster{Objects: objects})
+	}, cluster)
 	return &fixture{f, c}
 }
 
