@@ -55,7 +55,13 @@ func (p Placement) String() string {
 }
 
 // Sharded reports whether objects of the placement belong to ranges.
-func (p Placement) Sharded() bool { return p >= OwnKey && p <= FleetsRange && p != ClusterWide }
+func (p Placement) Sharded() bool {
+	switch p {
+	case OwnKey, OwnersRange, OwnersRangeOrOwnKey, FleetsRange:
+		return true
+	}
+	return false
+}
 
 // Selections are how the range caches select a placement's objects: one
 // watch per selection, which together hold each object of the kind once.
@@ -153,17 +159,7 @@ func Enlist(orphan metav1.Object, ref metav1.OwnerReference, rng int) []byte {
 
 func adopt(orphan metav1.Object, ref metav1.OwnerReference, label string, rng int) []byte {
 	// A merge patch replaces the whole list: keep the references there are.
-	refs := append(slices.Clone(orphan.GetOwnerReferences()), ref)
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid":             orphan.GetUID(),
-		"resourceVersion": orphan.GetResourceVersion(),
-		"ownerReferences": refs,
-		"labels":          map[string]string{label: strconv.Itoa(rng)},
-	}})
-	if err != nil {
-		panic(err) // plain strings and references: it cannot fail
-	}
-	return patch
+	return labelAt(orphan, label, rng, append(slices.Clone(orphan.GetOwnerReferences()), ref))
 }
 
 // Claim is the rule of placement for a child its owner made without a
@@ -171,20 +167,29 @@ func adopt(orphan metav1.Object, ref metav1.OwnerReference, label string, rng in
 // took over): it moves to the owner's range, as StampRange would have put
 // it, by a merge patch that holds for the child's uid and resourceVersion
 // only.
-func Claim(child metav1.Object, rng int) []byte { return claim(child, LabelRange, rng) }
+func Claim(child metav1.Object, rng int) []byte { return labelAt(child, LabelRange, rng, nil) }
 
 // ClaimMember is Claim for a fleet's member made without the fleet's
 // label: it enters the fleet's view, as StampFleetRange would have put it.
-func ClaimMember(member metav1.Object, rng int) []byte { return claim(member, LabelFleetRange, rng) }
+func ClaimMember(member metav1.Object, rng int) []byte {
+	return labelAt(member, LabelFleetRange, rng, nil)
+}
 
-func claim(child metav1.Object, label string, rng int) []byte {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid":             child.GetUID(),
-		"resourceVersion": child.GetResourceVersion(),
+// labelAt is a merge patch that sets a range label on obj, and its owner
+// references to refs unless nil, holding for the uid and resourceVersion
+// read only.
+func labelAt(obj metav1.Object, label string, rng int, refs []metav1.OwnerReference) []byte {
+	meta := map[string]any{
+		"uid":             obj.GetUID(),
+		"resourceVersion": obj.GetResourceVersion(),
 		"labels":          map[string]string{label: strconv.Itoa(rng)},
-	}})
+	}
+	if refs != nil {
+		meta["ownerReferences"] = refs
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
-		panic(err) // plain strings: it cannot fail
+		panic(err) // plain strings and references: it cannot fail
 	}
 	return patch
 }

@@ -79,6 +79,25 @@ func TestStampRangeSetsTheRangeLabelAndKeepsTheOthers(t *testing.T) {
 	}
 }
 
+// patched is the metadata of obj once the API server applied the merge
+// patch body to it.
+func patched(t *testing.T, obj *metav1.ObjectMeta, body []byte) metav1.ObjectMeta {
+	t.Helper()
+	current, err := json.Marshal(map[string]any{"metadata": obj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := jsonpatch.MergePatch(current, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Metadata metav1.ObjectMeta }
+	if err := json.Unmarshal(merged, &got); err != nil {
+		t.Fatal(err)
+	}
+	return got.Metadata
+}
+
 // An adopted orphan keeps its labels and other owners, gains the
 // controller reference and its owner's range, and only at the version read.
 func TestAdoptMovesTheOrphanToItsOwnersRangeAtTheVersionRead(t *testing.T) {
@@ -88,19 +107,7 @@ func TestAdoptMovesTheOrphanToItsOwnersRangeAtTheVersionRead(t *testing.T) {
 	owner := &metav1.ObjectMeta{Name: "x", UID: "owner-uid"}
 	ref := *metav1.NewControllerRef(owner, schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"})
 
-	current, err := json.Marshal(map[string]any{"metadata": orphan})
-	if err != nil {
-		t.Fatal(err)
-	}
-	merged, err := jsonpatch.MergePatch(current, Adopt(orphan, ref, 9))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct{ Metadata metav1.ObjectMeta }
-	if err := json.Unmarshal(merged, &got); err != nil {
-		t.Fatal(err)
-	}
-	m := got.Metadata
+	m := patched(t, orphan, Adopt(orphan, ref, 9))
 	if m.UID != orphan.UID || m.ResourceVersion != orphan.ResourceVersion {
 		t.Errorf("uid %q resourceVersion %q, want the orphan's as preconditions", m.UID, m.ResourceVersion)
 	}
@@ -117,19 +124,7 @@ func TestAdoptMovesTheOrphanToItsOwnersRangeAtTheVersionRead(t *testing.T) {
 func TestClaimPutsAnUnlabelledChildOnItsOwnersRangeAtTheVersionRead(t *testing.T) {
 	owner := metav1.OwnerReference{APIVersion: "pool.kubevirt.io/v1beta1", Kind: "VirtualMachinePool", Name: "p", UID: "p-uid", Controller: ptr.To(true)}
 	child := &metav1.ObjectMeta{Name: "p-0", UID: "c-uid", ResourceVersion: "7", Labels: map[string]string{"app": "p"}, OwnerReferences: []metav1.OwnerReference{owner}}
-	current, err := json.Marshal(map[string]any{"metadata": child})
-	if err != nil {
-		t.Fatal(err)
-	}
-	merged, err := jsonpatch.MergePatch(current, Claim(child, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct{ Metadata metav1.ObjectMeta }
-	if err := json.Unmarshal(merged, &got); err != nil {
-		t.Fatal(err)
-	}
-	m := got.Metadata
+	m := patched(t, child, Claim(child, 4))
 	if m.Labels["app"] != "p" || m.Labels[LabelRange] != "4" || len(m.OwnerReferences) != 1 || m.OwnerReferences[0].UID != "p-uid" ||
 		m.UID != "c-uid" || m.ResourceVersion != "7" {
 		t.Errorf("claimed %+v: want its labels and owner kept, range 4, at uid c-uid and resourceVersion 7", m)
@@ -144,19 +139,7 @@ func TestEnlistPutsTheOrphanInItsFleetsViewAndLeavesItsPlacement(t *testing.T) {
 	owner := &metav1.ObjectMeta{Name: "set", UID: "set-uid"}
 	ref := *metav1.NewControllerRef(owner, schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstanceReplicaSet"})
 	for name, body := range map[string][]byte{"Enlist": Enlist(orphan, ref, 9), "ClaimMember": ClaimMember(orphan, 9)} {
-		current, err := json.Marshal(map[string]any{"metadata": orphan})
-		if err != nil {
-			t.Fatal(err)
-		}
-		merged, err := jsonpatch.MergePatch(current, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got struct{ Metadata metav1.ObjectMeta }
-		if err := json.Unmarshal(merged, &got); err != nil {
-			t.Fatal(err)
-		}
-		m := got.Metadata
+		m := patched(t, orphan, body)
 		if m.UID != orphan.UID || m.ResourceVersion != orphan.ResourceVersion {
 			t.Errorf("%s: uid %q resourceVersion %q, want the orphan's as preconditions", name, m.UID, m.ResourceVersion)
 		}
