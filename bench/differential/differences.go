@@ -142,6 +142,14 @@ var Known = []Difference{
 			"which is the cluster's timing, in either run",
 	},
 	{
+		// Seen once, in the full run of 8627e03, under KubeVirt; equal in
+		// the runs before.
+		Kind: "Event", Object: "<event:VirtualMachineInstance/manual/Stopped#2>", Path: "**", Outcomes: []Outcome{Missing, Extra},
+		Reason: "no controller under test writes it: the simulated virt-handler posts it when it sees the stopped VM's " +
+			"VMI deleted while still Running, and whether it looks before the VMI controller has finalized the VMI is " +
+			"the two processes' timing, in either run",
+	},
+	{
 		Kind: "Event", Object: "<event:VirtualMachinePool/*/FailedUpdate#*>", Path: "**", Outcomes: []Outcome{Missing},
 		Reason: "letting a deleted VM go races the VM controller taking its own finalizer off: the patch's test of the " +
 			"finalizers read fails. KubeVirt posts \"Error removing finalizer\" and tries on its next sync; virtshard " +
