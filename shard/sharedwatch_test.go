@@ -163,10 +163,13 @@ func (f *fakeServer) open() []metav1.ListOptions {
 	return out
 }
 
-func (f *fakeServer) listCount() int {
+func (f *fakeServer) listCount() int { return len(f.listed()) }
+
+// listed returns the options of every list served so far.
+func (f *fakeServer) listed() []metav1.ListOptions {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.lists)
+	return slices.Clone(f.lists)
 }
 
 // sharedFixture runs range informers of pods by range label on one
@@ -401,6 +404,52 @@ func TestSharedWatchSubscribesConcurrentRanges(t *testing.T) {
 	cancel()
 	wg.Wait()
 	f.eventually("no watch is open", func() bool { return len(f.server.open()) == 0 })
+}
+
+// A replica's first lists are consistent reads; the ranges' lists are
+// instead made at least as new as the server's current version, read once
+// with a list of one object and no selector, so that a lagging watch cache
+// never serves them from etcd (which reads the whole namespace for each).
+func TestSharedWatchFirstListsAreAtTheCurrentVersion(t *testing.T) {
+	f := newSharedFixture(t)
+	f.server.put("a", 0)
+	f.server.put("b", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	subscribe := func(ranges ...int) {
+		var batch []*subscribeRequest
+		for _, i := range ranges {
+			batch = append(batch, &subscribeRequest{ctx: ctx, i: i, done: make(chan struct{})})
+		}
+		f.shared.mu.Lock()
+		defer f.shared.mu.Unlock()
+		f.shared.subscribeLocked(batch)
+		for _, req := range batch {
+			if req.err != nil {
+				t.Fatalf("range %d: %v", req.i, req.err)
+			}
+		}
+	}
+	subscribe(0, 1)
+	lists := f.server.listed()
+	if len(lists) != 3 {
+		t.Fatalf("%d lists, want the version read and one per range: %+v", len(lists), lists)
+	}
+	if got := lists[0]; got.Limit != 1 || got.LabelSelector != "" || got.ResourceVersion != "" {
+		t.Errorf("first list %+v, want a consistent list of one object without a selector", got)
+	}
+	current := "2" // the fake server's version after two writes
+	for _, got := range lists[1:] {
+		if got.ResourceVersion != current || got.ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan || got.LabelSelector == "" {
+			t.Errorf("range list %+v, want one range at least as new as %s", got, current)
+		}
+	}
+	// Once the watch has a position, a range joining lists from it, with
+	// no version read.
+	subscribe(2)
+	if got := f.server.listed()[3:]; len(got) != 1 || got[0].ResourceVersion != current || got[0].Limit != 0 {
+		t.Errorf("lists of a joining range %+v, want one at least as new as %s", got, current)
+	}
 }
 
 // A range that joins the watch skips the events its own list holds: the
