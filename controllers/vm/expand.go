@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -40,9 +39,6 @@ func (c *Controller) expandInstancetypes(ctx context.Context, it item, o *observ
 	if err != nil {
 		return unsupported("error encountered while expanding into VirtualMachine: %v", err)
 	}
-	if equality.Semantic.DeepEqual(vm, expanded) {
-		return nil
-	}
 	vms := c.env.KubeVirt.VirtualMachines(vm.Namespace)
 	var updated *virtv1.VirtualMachine
 	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) (err error) {
@@ -69,10 +65,7 @@ func (c *Controller) expandInstancetypes(ctx context.Context, it item, o *observ
 			continue
 		}
 		name := ref.ControllerRevisionRef.Name
-		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-			return c.env.Kube.AppsV1().ControllerRevisions(vm.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
-		})
-		if err != nil {
+		if err := c.deleteRevision(ctx, it, vm.Namespace, name); err != nil {
 			return &syncError{reason: "FailedCreate", silent: true,
 				message: fmt.Sprintf("error encountered cleaning controllerRevision %s after successfully expanding VirtualMachine %s: %v", name, vm.Name, err)}
 		}
@@ -105,6 +98,14 @@ func (c *Controller) expansion(vm *virtv1.VirtualMachine, res resolved) (*virtv1
 	out.Spec.Instancetype, out.Spec.Preference = nil, nil
 	out.Status.InstancetypeRef, out.Status.PreferenceRef = nil, nil
 	return out, nil
+}
+
+// deleteRevision deletes the named ControllerRevision as a write of its
+// range.
+func (c *Controller) deleteRevision(ctx context.Context, it item, namespace, name string) error {
+	return c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		return c.env.Kube.AppsV1().ControllerRevisions(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	})
 }
 
 // hasRevisionRef: a status ref names a stored revision.

@@ -232,7 +232,7 @@ func (c *Controller) find(ctx context.Context, r *caches.Range, side matcherSide
 		cr, err := c.revisionNamed(ctx, r, vm.Namespace, m.RevisionName)
 		return cr, nil, err
 	}
-	if ref := *side.ref(status); ref != nil && ref.ControllerRevisionRef != nil && ref.ControllerRevisionRef.Name != "" {
+	if ref := *side.ref(status); hasRevisionRef(ref) {
 		cr, err := c.revisionNamed(ctx, r, vm.Namespace, ref.ControllerRevisionRef.Name)
 		if err != nil {
 			return nil, nil, err

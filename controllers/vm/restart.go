@@ -245,7 +245,8 @@ func (c *Controller) judgeRestart(ctx context.Context, r *caches.Range, o *obser
 		return restartUnjudged, err
 	}
 	if vm.Spec.Instancetype != nil || vm.Spec.Preference != nil || started.Instancetype != nil || started.Preference != nil {
-		current, ok := c.expanded(ctx, r, vm, &vm.Status)
+		// The sync resolved the VM's own side already (syncInstancetypes).
+		current, ok := applied(vm, o.resolved)
 		if !ok {
 			return restartUnjudged, nil
 		}
@@ -266,13 +267,22 @@ func (c *Controller) judgeRestart(ctx context.Context, r *caches.Range, o *obser
 // expanded is a copy of vm with its instance type and preference (found
 // with status's refs) applied to its template, and whether they could be.
 func (c *Controller) expanded(ctx context.Context, r *caches.Range, vm *virtv1.VirtualMachine, status *virtv1.VirtualMachineStatus) (*virtv1.VirtualMachine, bool) {
+	if vm.Spec.Template == nil {
+		return vm.DeepCopy(), true
+	}
+	res, err := c.resolve(ctx, r, vm, status)
+	if err != nil {
+		return nil, false
+	}
+	return applied(vm, res)
+}
+
+// applied is a copy of vm with res applied to its template, and whether it
+// could be.
+func applied(vm *virtv1.VirtualMachine, res resolved) (*virtv1.VirtualMachine, bool) {
 	out := vm.DeepCopy()
 	if out.Spec.Template == nil {
 		return out, true
-	}
-	res, err := c.resolve(ctx, r, out, status)
-	if err != nil {
-		return nil, false
 	}
 	return out, len(instancetype.Apply("spec", res.instancetype, res.preference, &out.Spec.Template.Spec, &out.Spec.Template.ObjectMeta)) == 0
 }

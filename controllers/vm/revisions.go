@@ -74,10 +74,10 @@ func startRevisionName(vm *virtv1.VirtualMachine) string {
 // against what the VMI was started from.
 func newStartRevision(vm *virtv1.VirtualMachine, rng int) (*appsv1.ControllerRevision, error) {
 	spec := vm.Spec.DeepCopy()
-	if ref := vm.Status.InstancetypeRef; spec.Instancetype != nil && ref != nil && ref.ControllerRevisionRef != nil && ref.ControllerRevisionRef.Name != "" {
+	if ref := vm.Status.InstancetypeRef; spec.Instancetype != nil && hasRevisionRef(ref) {
 		spec.Instancetype.RevisionName = ref.ControllerRevisionRef.Name
 	}
-	if ref := vm.Status.PreferenceRef; spec.Preference != nil && ref != nil && ref.ControllerRevisionRef != nil && ref.ControllerRevisionRef.Name != "" {
+	if ref := vm.Status.PreferenceRef; spec.Preference != nil && hasRevisionRef(ref) {
 		spec.Preference.RevisionName = ref.ControllerRevisionRef.Name
 	}
 	raw, err := json.Marshal(spec)

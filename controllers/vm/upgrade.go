@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -56,10 +55,7 @@ func (c *Controller) upgradeRevisions(ctx context.Context, it item, r *caches.Ra
 		return &syncError{reason: "FailedCreate", message: upgradeMessage + err.Error()}
 	}
 	for _, u := range done {
-		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
-			return c.env.Kube.AppsV1().ControllerRevisions(vm.Namespace).Delete(ctx, u.old, metav1.DeleteOptions{})
-		})
-		if err != nil {
+		if err := c.deleteRevision(ctx, it, vm.Namespace, u.old); err != nil {
 			klog.FromContext(ctx).Error(err, "Ignoring failure to delete an upgraded instance type revision", "vm", klog.KObj(vm), "revision", u.old)
 		}
 	}
