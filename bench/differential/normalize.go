@@ -473,6 +473,13 @@ func GeneratedName(obj *unstructured.Unstructured) (string, bool) {
 			role = "provisioning"
 		}
 		return "virt-launcher-" + owner.Name + "-" + role, true
+	case "VirtualMachineInstanceMigration":
+		// An evacuation's: KubeVirt generates its name, virtshard derives it.
+		if _, evacuation := obj.GetAnnotations()[virtv1.EvacuationMigrationAnnotation]; !evacuation {
+			return "", false
+		}
+		vmi, _, _ := unstructured.NestedString(obj.Object, "spec", "vmiName")
+		return "evacuation-of-" + vmi, true
 	case "Event":
 		kind, _, _ := unstructured.NestedString(obj.Object, "involvedObject", "kind")
 		name, _, _ := unstructured.NestedString(obj.Object, "involvedObject", "name")

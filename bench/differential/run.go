@@ -236,6 +236,20 @@ func (r *Runner) node(ctx context.Context, ns string, n *NodeStep) error {
 			}
 		}
 		return nil
+	case NodeEvict:
+		// As the admitter's markVMI: a JSON patch of the VMI, which has no
+		// status subresource.
+		vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, n.VMI, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node, _, err := unstructured.NestedString(vmi.Object, "status", "nodeName")
+		if err != nil || node == "" {
+			return fmt.Errorf("VMI %s is on no node to be evicted from (%v)", n.VMI, err)
+		}
+		patch := fmt.Sprintf(`[{"op":"add","path":"/status/evacuationNodeName","value":%q}]`, node)
+		_, err = r.Dynamic.Resource(vmis).Namespace(ns).Patch(ctx, n.VMI, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		return err
 	case NodeStop:
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, handler.StoppedAnnotation)
 		_, err := r.Dynamic.Resource(nodes).Patch(ctx, n.Node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})

@@ -79,9 +79,13 @@ const (
 	NodeDeleteLauncherPod = "delete-launcher-pod"
 	// NodeStop: the node's kubelet and virt-handler stop heartbeating.
 	NodeStop = "stop"
+	// NodeEvict: a drain evicts the VMI's launcher pod; virt-api's
+	// eviction admitter refuses the eviction and marks the VMI for
+	// evacuation off its node (status.evacuationNodeName).
+	NodeEvict = "evict"
 )
 
-var nodeActions = []string{NodeFail, NodeSucceed, NodeDeleteLauncherPod, NodeStop}
+var nodeActions = []string{NodeFail, NodeSucceed, NodeDeleteLauncherPod, NodeStop, NodeEvict}
 
 // NodeStep is an action of the node side: on a VMI, or on a node (NodeStop).
 type NodeStep struct {

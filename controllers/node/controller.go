@@ -4,8 +4,9 @@
 // holds on it (reason NodeUnresponsive) and deletes their launcher pods; a
 // node tainted for drain (the KubeVirt CR's migrations.nodeDrainTaintKey,
 // kubevirt.io/drain by default) gets migrations for the VMIs this replica
-// holds on it, which the migration controller runs within the cluster-wide
-// limits, ahead of users' migrations.
+// holds on it, and so does a VMI whose launcher pod a drain evicted
+// (evacuation.go); the migration controller runs them within the
+// cluster-wide limits, ahead of users' migrations.
 //
 // Nodes are cluster-scoped and few: every replica watches all of them
 // (package kinds, cluster-wide) and acts only on the VMIs of the ranges it holds.
@@ -17,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +32,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/kinds"
+	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/vmistatus"
@@ -61,6 +62,9 @@ type Options struct {
 	// DrainTaintKey, when set, overrides the KubeVirt CR's
 	// migrations.nodeDrainTaintKey, which is read at every sync otherwise.
 	DrainTaintKey string
+	// MigrationLimits are the migration controller's overrides of the
+	// KubeVirt CR's limits, which bound the evacuations created at once.
+	MigrationLimits migration.Limits
 }
 
 // DefaultOptions are KubeVirt's.
@@ -182,11 +186,8 @@ func (c *Controller) sync(ctx context.Context, it sharded.Item) (time.Duration, 
 		}
 		return 0, c.failAll(ctx, name, vmis, fmt.Sprintf("the node has been NotReady since %s", since.Format(time.RFC3339)))
 	}
-	if drained(node, c.drainTaintKey()) {
-		if err := c.evacuate(ctx, node, vmis); err != nil {
-			return 0, err
-		}
-		return evacuationRecheck, nil
+	if evacuating(node, vmis, c.drainTaintKey()) {
+		return c.evacuate(ctx, node, vmis)
 	}
 	return 0, nil
 }
@@ -275,76 +276,4 @@ func (c *Controller) fail(ctx context.Context, h held, why string) error {
 	}
 	c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonNodeUnresponsive, "VMI failed: %s on node %s", why, vmi.Status.NodeName)
 	return nil
-}
-
-// evacuate creates a migration for each live-migratable VMI on the node
-// that has none under way.
-func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []held) error {
-	for _, h := range vmis {
-		vmi := h.Object
-		if !c.rt.Holds(h.Range.Index) || vmi.Status.Phase != virtv1.Running || vmi.DeletionTimestamp != nil || !migratable(vmi) {
-			continue
-		}
-		busy, names := false, map[string]bool{}
-		for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
-			busy = busy || !m.IsFinal()
-			names[m.Name] = true
-		}
-		if busy {
-			continue
-		}
-		m := &virtv1.VirtualMachineInstanceMigration{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:         evacuationName(vmi, node.Name, names),
-				GenerateName: evacuationPrefix, // KubeVirt's, kept as a record beside the derived name
-				Namespace:    vmi.Namespace,
-				Annotations:  map[string]string{virtv1.EvacuationMigrationAnnotation: node.Name},
-			},
-			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
-		}
-		var created *virtv1.VirtualMachineInstanceMigration
-		err := c.rt.Write(ctx, h.Range.Index, func(ctx context.Context) (err error) {
-			created, err = c.env.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
-			return err
-		})
-		if errors.Is(err, sharded.ErrNotHeld) || apierrors.IsAlreadyExists(err) {
-			continue // another replica's now, or one that holds it created it
-		}
-		if err != nil {
-			c.evacuations.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating an evacuation migration: %v", err)
-			return fmt.Errorf("create evacuation migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)
-		}
-		c.evacuations.Eventf(vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created evacuation migration %s off node %s", created.Name, node.Name)
-	}
-	return nil
-}
-
-// evacuationPrefix is KubeVirt's GenerateName of evacuation migrations.
-const evacuationPrefix = "kubevirt-evacuation-"
-
-// evacuationName is the name of the next evacuation migration of vmi off
-// node: KubeVirt's GenerateName prefix, kubevirt-evacuation-, and a suffix
-// derived from the VMI, the node and the first attempt whose name none of
-// the VMI's migrations has (taken), so that two replicas deciding from the
-// same migrations pick one name (sharded.ChildName).
-func evacuationName(vmi *virtv1.VirtualMachineInstance, node string, taken map[string]bool) string {
-	for attempt := 0; ; attempt++ {
-		if name := sharded.ChildName(evacuationPrefix, string(vmi.UID), node, strconv.Itoa(attempt)); !taken[name] {
-			return name
-		}
-	}
-}
-
-// migratable: KubeVirt evacuates VMIs whose eviction strategy asks for a
-// live migration and whose node agent has not said it cannot.
-func migratable(vmi *virtv1.VirtualMachineInstance) bool {
-	if s := vmi.Spec.EvictionStrategy; s != nil && *s != virtv1.EvictionStrategyLiveMigrate && *s != virtv1.EvictionStrategyLiveMigrateIfPossible {
-		return false
-	}
-	for _, cond := range vmi.Status.Conditions {
-		if cond.Type == virtv1.VirtualMachineInstanceIsMigratable && cond.Status == corev1.ConditionFalse {
-			return false
-		}
-	}
-	return true
 }

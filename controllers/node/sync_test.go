@@ -59,10 +59,14 @@ func notReadyNode(since time.Time) *corev1.Node {
 	}}}}
 }
 
+// runningVMI is a VMI running on node-1 that migrates on eviction and can.
 func runningVMI(name string) *virtv1.VirtualMachineInstance {
 	return &virtv1.VirtualMachineInstance{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: k8stypes.UID("uid-" + name), ResourceVersion: "4"},
-		Status:     virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running, NodeName: "node-1"},
+		Spec:       virtv1.VirtualMachineInstanceSpec{EvictionStrategy: ptr.To(virtv1.EvictionStrategyLiveMigrate)},
+		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running, NodeName: "node-1", Conditions: []virtv1.VirtualMachineInstanceCondition{
+			{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue},
+		}},
 	}
 }
 

@@ -405,6 +405,9 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 	case pod.DeletionTimestamp != nil:
 		// Terminating: the VMI fails when the pod is gone.
 	case pod.Status.Phase == corev1.PodRunning && podReady(pod):
+		if err := c.syncEvictionInProgress(ctx, it, vmi, pod); err != nil {
+			return err
+		}
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduled) {
 			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, toScheduled(c.observe(pod, pods), metav1.Now()))
 		} else if podStale(vmi, pod, pods) && !c.batcher.Pending(it.Key, vmi.UID) {
@@ -419,6 +422,9 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		if cond := unschedulable(pod); cond != nil {
 			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, copyPodScheduled(*cond))
 		}
+	}
+	if !evictionRequestShown(vmi) {
+		c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, evictionRequested(metav1.Now()))
 	}
 	return nil
 }

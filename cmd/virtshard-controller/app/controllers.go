@@ -15,11 +15,13 @@ import (
 // an acquired range (and, in reverse, of its release). A new controller is
 // one line here.
 func (o *Options) declarations() []sharded.Declaration {
+	nodeOpts := o.Node
+	nodeOpts.MigrationLimits = o.Migration.Limits // evacuations are created within them
 	return []sharded.Declaration{
 		vmi.Declare(o.VMI),
 		vm.Declare(o.VM),
 		migration.Declare(o.Migration),
-		node.Declare(o.Node),
+		node.Declare(nodeOpts),
 		disruptionbudget.Declare(),
 		replicaset.Declare(),
 		pool.Declare(),
