@@ -87,7 +87,8 @@ func (a *agent) syncSource(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 
 // syncMigrationSource starts the migration once the target is prepared
 // (its proxy ports are published), and fails it, as virt-handler's
-// setMigrationProgressStatus reports a failure, when the VMI asks for that.
+// setMigrationProgressStatus reports a failure, when the VMI asks for that
+// or the migration controller asks for an abort (abortRequested).
 func (a *agent) syncMigrationSource(ctx context.Context, vmi *virtv1.VirtualMachineInstance) (time.Duration, error) {
 	ms := vmi.Status.MigrationState
 	if len(ms.TargetDirectMigrationNodePorts) == 0 {
@@ -98,6 +99,13 @@ func (a *agent) syncMigrationSource(ctx context.Context, vmi *virtv1.VirtualMach
 		ms.StartTimestamp = &now
 		ms.Mode = virtv1.MigrationPreCopy
 		return 0, a.update(ctx, vmi, reasonMigrating, corev1.EventTypeNormal, "VirtualMachineInstance is migrating.")
+	}
+	if ms.AbortRequested {
+		// virt-handler aborts the migration job; the domain stays here.
+		ms.AbortStatus = virtv1.MigrationAbortSucceeded
+		ms.Failed, ms.EndTimestamp, ms.FailureReason = true, &now, abortReason
+		return 0, a.update(ctx, vmi, reasonMigrated, corev1.EventTypeWarning,
+			fmt.Sprintf("VirtualMachineInstance migration uid %s failed. reason:%s", ms.MigrationUID, abortReason))
 	}
 	reason, fails := vmi.Annotations[FailMigrationAnnotation]
 	if !fails {
@@ -110,6 +118,9 @@ func (a *agent) syncMigrationSource(ctx context.Context, vmi *virtv1.VirtualMach
 	return 0, a.update(ctx, vmi, reasonMigrated, corev1.EventTypeWarning,
 		fmt.Sprintf("VirtualMachineInstance migration uid %s failed. reason:%s", ms.MigrationUID, reason))
 }
+
+// abortReason is the simulated failure reason of an aborted migration.
+const abortReason = "Live migration aborted"
 
 // syncTarget moves the target side of a migration to this node, one step
 // a write: prepare the target, detect the incoming domain (after the

@@ -462,6 +462,39 @@ func TestAMigrationTheVMIAsksToFailIsReportedFailedBySource(t *testing.T) {
 	}
 }
 
+// TestAMigrationAskedToAbortIsReportedFailedBySource: once the VMI's
+// migration state asks for an abort (its migration was deleted), the
+// source reports the migration failed with the abort succeeded, and the
+// VMI stays on the source.
+func TestAMigrationAskedToAbortIsReportedFailedBySource(t *testing.T) {
+	start := time.Now().Add(-time.Minute)
+	vmi := scheduledVMI()
+	vmi.Status.Phase = virtv1.Running
+	vmi.Labels[virtv1.MigrationTargetNodeNameLabel] = node2
+	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-uid",
+		SourceNode: node1, SourcePod: "virt-launcher-vmi-abcde", TargetNode: node2, TargetPod: "virt-launcher-vmi-fghij"}
+	source := launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, start)
+	target := launcherPod("virt-launcher-vmi-fghij", node2, targetIP, corev1.PodRunning, start.Add(time.Second))
+	f := newFixture(t, []runtime.Object{source, target}, vmi)
+
+	f.sync(node2) // prepare the target
+	f.sync(node1) // start
+	asked := f.vmi()
+	asked.Status.MigrationState.AbortRequested = true
+	if _, err := f.kv.VirtualMachineInstances(ns).Update(context.Background(), asked, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, writes := f.sync(node1)
+	onlyUpdate(t, writes, "virtualmachineinstances")
+	ms := f.vmi().Status.MigrationState
+	if !ms.Failed || ms.AbortStatus != virtv1.MigrationAbortSucceeded || ms.EndTimestamp == nil || ms.Completed {
+		t.Fatalf("migration %+v, want Failed with the abort succeeded and an end, not Completed", ms)
+	}
+	if f.vmi().Status.NodeName != node1 {
+		t.Errorf("the VMI moved to %s; it stays on the source", f.vmi().Status.NodeName)
+	}
+}
+
 // TestAVMIsMigrationDurationAnnotationSetsHowLongItsDomainTakes: the
 // target waits the VMI's own duration before it sees the domain.
 func TestAVMIsMigrationDurationAnnotationSetsHowLongItsDomainTakes(t *testing.T) {

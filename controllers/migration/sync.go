@@ -41,6 +41,8 @@ const (
 	eventSucceeded         = "SuccessfulMigration"
 	eventSuccessfulCreate  = "SuccessfulCreate"
 	eventSuccessfulHandOff = "SuccessfulHandOver"
+	eventFailedAbort       = "FailedAbortMigration"
+	eventSuccessfulAbort   = "SuccessfulAbortMigration"
 	// eventTargetPodUnschedulable is KubeVirt's
 	// controller.MigrationTargetPodUnschedulable.
 	eventTargetPodUnschedulable = "migrationTargetPodUnschedulable"
@@ -85,10 +87,21 @@ func (c *Controller) sync(ctx context.Context, it item) (time.Duration, error) {
 	if s.m.IsFinal() {
 		return 0, c.finish(ctx, it, s)
 	}
-	if s.m.DeletionTimestamp != nil {
+	if s.m.DeletionTimestamp != nil && !handedOff(s.m, s.vmi) {
 		return 0, c.failAndFinish(ctx, it, s, ReasonDeleted, "the migration was deleted before it ended")
 	}
 	return c.advance(ctx, it, s)
+}
+
+// handedOff: the VMI's migration state is m's, with its target named: the
+// nodes have the migration. A migration deleted after that is aborted
+// through the VMI rather than failed at once.
+func handedOff(m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance) bool {
+	if vmi == nil {
+		return false
+	}
+	ms := vmi.Status.MigrationState
+	return ms != nil && ms.MigrationUID == m.UID && ms.TargetNode != ""
 }
 
 // syncWithoutVMI handles a migration whose VMI no held range has: only the
@@ -117,7 +130,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 	m, vmi := s.m, s.vmi
 	var after time.Duration
 	ms := vmi.Status.MigrationState
-	handedOff := ms != nil && ms.MigrationUID == m.UID && ms.TargetNode != ""
+	handedOff := handedOff(m, vmi)
 	if m.Status.Phase != virtv1.MigrationPhaseUnset && m.Status.Phase != virtv1.MigrationPending && s.pod == nil {
 		// The cache may not show a pod another replica created a moment
 		// before it handed the range over: ask before calling it gone.
@@ -142,6 +155,15 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 		case handedOff && ms.Failed:
 			return 0, c.failAndFinish(ctx, it, s, ReasonNodeFailed, "the source node reported the migration failed")
 		}
+	}
+	if m.DeletionTimestamp != nil && !migrationCanceled(m) {
+		// Deleted after the hand-off: marked first, in a write of its own,
+		// as KubeVirt's sync does; the abort is asked of the nodes once it
+		// runs.
+		m.Status.Conditions = append(m.Status.Conditions, virtv1.VirtualMachineInstanceMigrationCondition{
+			Type: virtv1.VirtualMachineInstanceMigrationAbortRequested, Status: corev1.ConditionTrue, LastProbeTime: now(),
+		})
+		return 0, c.writeStatus(ctx, it, m)
 	}
 	for changed := true; changed; {
 		changed = false
@@ -219,6 +241,11 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 				next = virtv1.MigrationRunning
 			}
 		case virtv1.MigrationRunning:
+			if m.DeletionTimestamp != nil {
+				if err := c.requestAbort(ctx, it, m, vmi); err != nil {
+					return 0, err
+				}
+			}
 			if err := c.stampTargetReady(ctx, it, s.pod, ms); err != nil {
 				return 0, err
 			}
@@ -240,6 +267,36 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 		return 0, c.finish(ctx, it, s)
 	}
 	return after, c.writeStatus(ctx, it, m)
+}
+
+// requestAbort asks the source node to abort the running migration m,
+// deleted by its user: the VMI's migration state says abortRequested, as
+// KubeVirt's markMigrationAbortInVmiStatus writes it (at the version read).
+// The node's report that the migration failed then ends it.
+func (c *Controller) requestAbort(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance) error {
+	if vmi.Status.MigrationState.AbortRequested {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": vmi.ResourceVersion},
+		"status":   map[string]any{"migrationState": map[string]any{"abortRequested": true}},
+	})
+	if err != nil {
+		return err
+	}
+	err = c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
+		_, err := c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, body, metav1.PatchOptions{})
+		return err
+	})
+	if apierrors.IsConflict(err) {
+		return nil // the VMI's newer version brings the migration back
+	}
+	if err != nil {
+		c.env.Recorder.Eventf(m, corev1.EventTypeWarning, eventFailedAbort, "failed to set MigrationState in VMI status. :%v", err)
+		return fmt.Errorf("ask the abort of migration %s: %w", it.Key, err)
+	}
+	c.env.Recorder.Event(m, corev1.EventTypeNormal, eventSuccessfulAbort, "Migration is ready to be canceled by virt-handler.")
+	return nil
 }
 
 // stampTargetReady records on the target pod when the target's domain
@@ -592,7 +649,9 @@ func migrationCanceled(m *virtv1.VirtualMachineInstanceMigration) bool {
 }
 
 // finish cleans up after a final migration: the migration state the VMI
-// kept of it, the target pod of a canceled one, the permit (only after the
+// kept of it, the target pod of one canceled before its hand-off (as
+// KubeVirt's handlePreHandoffMigrationCancel; after it, the node's
+// virt-launcher exits as for any failure), the permit (only after the
 // final phase is written), older migrations of the VMI, and the finalizer.
 // The target pod of a migration that failed otherwise is left to the
 // node, whose virt-launcher exits, and the source pod of a successful one
@@ -606,7 +665,7 @@ func (c *Controller) finish(ctx context.Context, it item, s state) error {
 			return err
 		}
 	}
-	if migrationCanceled(m) && s.pod != nil && s.pod.DeletionTimestamp == nil {
+	if migrationCanceled(m) && !handedOff(m, s.vmi) && s.pod != nil && s.pod.DeletionTimestamp == nil {
 		err := c.rt.Write(ctx, it.Range, func(ctx context.Context) error {
 			return c.env.Kube.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.pod.UID}})
 		})

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
@@ -499,4 +500,78 @@ func TestSyncOfASucceededMigrationLeavesTheSourcePodAndKeepsTheNewestFive(t *tes
 	if len(deleted) == 0 || deleted[0] != "old-0" || slices.Contains(deleted, "m") || slices.Contains(deleted, "old-5") {
 		t.Errorf("deleted migrations %q, want the oldest (old-0, perhaps old-1) and no newer one", deleted)
 	}
+}
+
+// A running migration its user deletes is not failed at once: it is
+// marked AbortRequested, then the source node is asked to abort through
+// the VMI's migration state (at the version read), as KubeVirt asks; the
+// node's report of the failure ends it (TestSyncFailsAMigrationTheSourceNodeReportsFailed).
+func TestSyncAsksTheNodesToAbortADeletedRunningMigration(t *testing.T) {
+	running := func() (*virtv1.VirtualMachineInstanceMigration, *virtv1.VirtualMachineInstance, *corev1.Pod) {
+		m, vmi := inPhase(newMigration(), virtv1.MigrationRunning), runningVMI()
+		m.DeletionTimestamp = ptr.To(metav1.Now())
+		source := sourcePod(t, vmi)
+		start := metav1.Now()
+		vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.UID, SourceNode: "node-1",
+			SourcePod: source.Name, TargetNode: "node-2", TargetNodeAddress: "10.0.0.2", StartTimestamp: &start}
+		return m, vmi, source
+	}
+
+	m, vmi, source := running()
+	f := newFixture(t, []runtime.Object{source}, m, vmi)
+	f.addTargetPod(t, m, vmi, source, func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	status := statusOf(t, f.KubeVirt.Actions())
+	if status.Phase != virtv1.MigrationRunning || !migrationCanceled(&virtv1.VirtualMachineInstanceMigration{Status: status}) {
+		t.Errorf("status %+v, want Running and marked AbortRequested", status)
+	}
+	if got := patchesOf(f.KubeVirt.Actions(), "virtualmachineinstances"); len(got) != 0 {
+		t.Errorf("VMI patched %q before the migration was marked", got)
+	}
+
+	m, vmi, source = running()
+	m.Status.Conditions = []virtv1.VirtualMachineInstanceMigrationCondition{{Type: virtv1.VirtualMachineInstanceMigrationAbortRequested, Status: corev1.ConditionTrue}}
+	f = newFixture(t, []runtime.Object{source}, m, vmi)
+	f.addTargetPod(t, m, vmi, source, func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	got := patchesOf(f.KubeVirt.Actions(), "virtualmachineinstances")
+	if len(got) != 1 || !strings.Contains(got[0], `"abortRequested":true`) || !strings.Contains(got[0], `"resourceVersion":"7"`) {
+		t.Errorf("VMI patches %q, want one asking for the abort at the version read", got)
+	}
+	for _, a := range f.KubeVirt.Actions() {
+		if u, ok := a.(k8stesting.UpdateAction); ok && u.GetSubresource() == "status" {
+			if phase := u.GetObject().(*virtv1.VirtualMachineInstanceMigration).Status.Phase; phase != virtv1.MigrationRunning {
+				t.Errorf("phase %s written, want Running until the node reports the abort", phase)
+			}
+		}
+	}
+}
+
+// A migration deleted before its hand-off fails at once, canceled.
+func TestSyncFailsADeletedMigrationNotHandedOff(t *testing.T) {
+	m, vmi := inPhase(newMigration(), virtv1.MigrationPending), runningVMI()
+	m.DeletionTimestamp = ptr.To(metav1.Now())
+	f := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, m, vmi)
+	if err := f.sync(t, m, vmi); err != nil {
+		t.Fatal(err)
+	}
+	status := statusOf(t, f.KubeVirt.Actions())
+	if status.Phase != virtv1.MigrationFailed || !migrationCanceled(&virtv1.VirtualMachineInstanceMigration{Status: status}) {
+		t.Errorf("status %+v, want Failed and marked AbortRequested", status)
+	}
+}
+
+// patchesOf are the bodies of resource's patches the fake recorded.
+func patchesOf(actions []k8stesting.Action, resource string) []string {
+	var out []string
+	for _, a := range actions {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == resource {
+			out = append(out, string(p.GetPatch()))
+		}
+	}
+	return out
 }
