@@ -315,6 +315,7 @@ func (w *rbacWorkload) run() {
 	drained, other := w.addNode("drained"), w.addNode("other")
 	vmi := workload.VMI("evacuee")
 	vmi.Spec.NodeSelector = map[string]string{rbacPoolLabel: w.ns}
+	vmi.Spec.EvictionStrategy = ptr.To(virtv1.EvictionStrategyLiveMigrate) // the cluster's default is None
 	vmi.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
 		Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{drained}}}},
 	}}}}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
@@ -80,6 +81,8 @@ func (e *env) runVMIs(prefix string, n int) map[string]string {
 	for i := range n {
 		vmi := workload.VMI(fmt.Sprintf("%s-%d", prefix, i))
 		vmi.Spec.NodeSelector = map[string]string{poolLabel: e.ns}
+		// Evacuated on a drain: the cluster's default strategy is None.
+		vmi.Spec.EvictionStrategy = ptr.To(virtv1.EvictionStrategyLiveMigrate)
 		if _, err := e.kv.VirtualMachineInstances(e.ns).Create(context.Background(), vmi, metav1.CreateOptions{}); err != nil {
 			e.t.Fatal(err)
 		}
