@@ -87,6 +87,18 @@ func (c *chaosSetup) delayedByPartition(v audit.Violation, res audit.Result) boo
 	return false
 }
 
+// heldChunks are the chunks every partition held back, with the replica
+// that sent them.
+func (c *chaosSetup) heldChunks() []HeldChunk {
+	var out []HeldChunk
+	for _, p := range c.partitions {
+		for _, h := range p.held() {
+			out = append(out, HeldChunk{Replica: p.replica, Sent: h.Sent, Delivered: h.Delivered})
+		}
+	}
+	return out
+}
+
 // auditedKubeconfig is the file, in a run's log directory, of the
 // kubeconfig whose writes the API server audits.
 const auditedKubeconfig = "kubeconfig-audited"
@@ -197,6 +209,7 @@ func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 		return nil, fmt.Errorf("the audit log holds %d range Lease writes and %d other writes of the replicas: it did not record them",
 			res.LeaseWrites, res.Checked)
 	}
+	rep.HeldChunks = r.chaosSetup.heldChunks()
 	var violations []audit.Violation
 	for _, v := range res.Violations {
 		if !v.Applied() && r.chaosSetup.delayedByPartition(v, res) {

@@ -93,3 +93,15 @@ func TestDelayedByPartitionNeedsTheSendTime(t *testing.T) {
 		}
 	}
 }
+
+// The report keeps every chunk the partitions held back, with its replica,
+// so that a refused write the check did not excuse can be looked at.
+func TestTheHeldChunksGoIntoTheReport(t *testing.T) {
+	at := time.Date(2026, 12, 6, 14, 2, 31, 0, time.UTC)
+	held := []faults.Held{{Sent: at, Delivered: at.Add(20 * time.Second)}, {Sent: at.Add(time.Second), Delivered: at.Add(20 * time.Second)}}
+	c := &chaosSetup{partitions: []partition{{replica: "virtshard-3", held: func() []faults.Held { return held }}}}
+	got := c.heldChunks()
+	if len(got) != 2 || got[0].Replica != "virtshard-3" || !got[1].Sent.Equal(held[1].Sent) || !got[1].Delivered.Equal(held[1].Delivered) {
+		t.Errorf("held chunks %+v, want both of virtshard-3's", got)
+	}
+}

@@ -128,6 +128,11 @@ type Report struct {
 	// DelayedRefusedWrites are writes the partition held back and the
 	// server refused on delivery: sent inside the tenure, not violations.
 	DelayedRefusedWrites int `json:"delayedRefusedWrites,omitempty"`
+	// HeldChunks are the chunks of bytes each partition held back and
+	// delivered after it, as its proxy recorded them: what a refused write
+	// is matched against to excuse it (DelayedRefusedWrites), kept so that
+	// one the check did not match can be looked at.
+	HeldChunks []HeldChunk `json:"heldChunks,omitempty"`
 
 	// Migration is the migrations scenario's result, after the VMI run the
 	// rest of the report describes (an object of its own: its
@@ -157,6 +162,14 @@ func percentiles(sorted []time.Duration) Percentiles {
 		P95: ceiling.Percentile(sorted, 0.95).Seconds(),
 		P99: ceiling.Percentile(sorted, 0.99).Seconds(),
 	}
+}
+
+// HeldChunk is a chunk of a replica's bytes a partition held back: when the
+// replica sent it and when the proxy delivered it.
+type HeldChunk struct {
+	Replica   string    `json:"replica"`
+	Sent      time.Time `json:"sent"`
+	Delivered time.Time `json:"delivered"`
 }
 
 // LatencyRun is one open-loop run of the latency scenario.
