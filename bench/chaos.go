@@ -309,7 +309,9 @@ func (r *vmiRun) killReplica(ctx context.Context, i int, start time.Time) (Fault
 	if err := r.fleet.start(i); err != nil {
 		return FaultRecord{}, err
 	}
-	if err := r.fleet.waitHolding(ctx, r.fleet.name(i), time.Minute); err != nil {
+	// The holders keep its ranges until its caches of them synced, at most
+	// the handoff wait: it may hold none for that long.
+	if err := r.fleet.waitHolding(ctx, r.fleet.name(i), shard.DefaultHandoffWait+time.Minute); err != nil {
 		return FaultRecord{}, err
 	}
 	return FaultRecord{Kind: "kill", Replica: victim.ID, AtSeconds: killed.Sub(start).Seconds(), RecoverySeconds: took.Seconds()}, nil

@@ -61,7 +61,10 @@ func (h HandlerFuncs) Releasing(ctx context.Context, i int, reason Reason) {
 
 // Preparer is optionally implemented by a Handler whose Acquired is slow
 // because it fills caches: the member asks it to warm range i before it may
-// hold the range, so that a takeover waits for the lease, not for the sync.
+// hold the range, so that a takeover waits for the lease, not for the sync,
+// and a rebalance does not wait at all: the holder keeps a range the
+// assignment moved away until its new owner's caches of it have synced
+// (Synced), at most Config.HandoffWait.
 //
 // Prepare is called for a range this member does not hold but is assigned,
 // or will most likely be assigned because its holder has stopped
@@ -79,8 +82,13 @@ func (h HandlerFuncs) Releasing(ctx context.Context, i int, reason Reason) {
 // range at once, and the member most likely takes them back as soon as
 // its next tenure begins: without Keep, each would be listed again, from
 // a server already too slow to answer a renewal.
+//
+// Synced reports whether the caches Prepare started for range i have synced;
+// it is asked from the claim loop, must not block, and is false for a range
+// not prepared.
 type Preparer interface {
 	Prepare(i int)
 	Unprepare(i int)
 	Keep(i int)
+	Synced(i int) bool
 }

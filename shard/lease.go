@@ -37,6 +37,13 @@ const (
 	// AnnotationLeaving on a member Lease: the member is handing its ranges
 	// off before it stops; the leader assigns it none.
 	AnnotationLeaving = "virtshard.io/leaving"
+	// AnnotationSynced on a member Lease: the ranges assigned to the member,
+	// not yet held, whose caches it has synced (a Set's String, "" for
+	// none). A holder hands such a range over at once; to a member whose
+	// Lease has the annotation but not the range, it hands it over once the
+	// range appears there or after Config.HandoffWait. Without the
+	// annotation (no Preparer) the range is handed over at once.
+	AnnotationSynced = "virtshard.io/synced"
 )
 
 func (c *Config) rangeLeaseName(i int) string      { return fmt.Sprintf("%s-range-%d", c.Name, i) }

@@ -240,6 +240,35 @@ func (s Set) String() string {
 	return strings.Join(parts, ",")
 }
 
+// ParseSet reads a Set of count ranges from its String form; ranges
+// outside [0, count) are an error.
+func ParseSet(count int, s string) (Set, error) {
+	set := NewSet(count)
+	if s == "" {
+		return set, nil
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		from, to, isSpan := strings.Cut(part, "-")
+		lo, err := strconv.Atoi(from)
+		if err != nil {
+			return nil, fmt.Errorf("range set %q: %w", s, err)
+		}
+		hi := lo
+		if isSpan {
+			if hi, err = strconv.Atoi(to); err != nil {
+				return nil, fmt.Errorf("range set %q: %w", s, err)
+			}
+		}
+		if lo < 0 || hi >= count || lo > hi {
+			return nil, fmt.Errorf("range set %q: %q is not within 0-%d", s, part, count-1)
+		}
+		for i := lo; i <= hi; i++ {
+			set.Add(i)
+		}
+	}
+	return set, nil
+}
+
 // Matches reports whether obj's hash lies in one of ranges, with
 // apimachinery's own matcher: the reference the fast path is tested against.
 func (r Ranges) Matches(ranges []int, obj runtime.Object) (bool, error) {

@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -156,5 +157,23 @@ func TestSet(t *testing.T) {
 	s.Add(1)
 	if got := s.String(); got != "0-2,64,129" {
 		t.Errorf("String() = %q", got)
+	}
+}
+
+func TestParseSetReadsWhatStringWrites(t *testing.T) {
+	for _, ranges := range [][]int{nil, {0}, {0, 1, 2, 64, 129}, {5, 7, 9, 10, 11}} {
+		s := NewSet(130, ranges...)
+		got, err := ParseSet(130, s.String())
+		if err != nil {
+			t.Fatalf("ParseSet(%q): %v", s.String(), err)
+		}
+		if !slices.Equal(got.List(), s.List()) {
+			t.Errorf("ParseSet(%q) = %v, want %v", s.String(), got.List(), s.List())
+		}
+	}
+	for _, bad := range []string{"x", "1-", "-1", "3-2", "130", "0,,1"} {
+		if _, err := ParseSet(130, bad); err == nil {
+			t.Errorf("ParseSet(%q) accepted it", bad)
+		}
 	}
 }

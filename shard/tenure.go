@@ -98,6 +98,7 @@ func (m *Manager) beat(ctx context.Context) error {
 		if m.leaving.Load() {
 			l.Annotations[AnnotationLeaving] = "true"
 		}
+		m.annotateSynced(l)
 		return leases.Update(renewCtx, l, metav1.UpdateOptions{})
 	}
 	renewed, err := renew(t.lease)
@@ -124,6 +125,17 @@ func (m *Manager) beat(ctx context.Context) error {
 	return nil
 }
 
+// annotateSynced writes AnnotationSynced into the member Lease l, from its
+// first write on (a holder hands over at once to a member whose Lease lacks
+// it), and removes one a previous process of this identity left.
+func (m *Manager) annotateSynced(l *coordinationv1.Lease) {
+	if synced := m.synced.Load(); synced != nil {
+		l.Annotations[AnnotationSynced] = *synced
+	} else {
+		delete(l.Annotations, AnnotationSynced)
+	}
+}
+
 // begin takes the member Lease for a new tenure: at once if it is missing,
 // released, or in this member's own tenure that just ended; in any other
 // tenure (this identity's previous process, say) only once it went
@@ -141,7 +153,9 @@ func (m *Manager) begin(ctx context.Context) error {
 	var taken *coordinationv1.Lease
 	switch {
 	case apierrors.IsNotFound(err):
-		taken, err = leases.Create(ctx, m.cfg.newLease(name, roleMember, id, start), metav1.CreateOptions{})
+		fresh := m.cfg.newLease(name, roleMember, id, start)
+		m.annotateSynced(fresh)
+		taken, err = leases.Create(ctx, fresh, metav1.CreateOptions{})
 	case err != nil:
 		return err
 	case holder(current) != "" && tenureOf(current) != m.endedTenure && !m.obs.free(current, start):
@@ -149,6 +163,7 @@ func (m *Manager) begin(ctx context.Context) error {
 	default:
 		next := current.DeepCopy()
 		setHolder(next, m.cfg.Identity, id, m.cfg.LeaseDuration, start)
+		m.annotateSynced(next)
 		taken, err = leases.Update(ctx, next, metav1.UpdateOptions{})
 	}
 	if err != nil {

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -305,9 +306,10 @@ func (r keepRecorder) Acquired(context.Context, int) error {
 func (r keepRecorder) Releasing(_ context.Context, _ int, reason Reason) {
 	*r.calls = append(*r.calls, "releasing "+string(reason))
 }
-func (r keepRecorder) Prepare(int)   { *r.calls = append(*r.calls, "prepare") }
-func (r keepRecorder) Unprepare(int) { *r.calls = append(*r.calls, "unprepare") }
-func (r keepRecorder) Keep(int)      { *r.calls = append(*r.calls, "keep") }
+func (r keepRecorder) Prepare(int)     { *r.calls = append(*r.calls, "prepare") }
+func (r keepRecorder) Unprepare(int)   { *r.calls = append(*r.calls, "unprepare") }
+func (r keepRecorder) Synced(int) bool { return false }
+func (r keepRecorder) Keep(int)        { *r.calls = append(*r.calls, "keep") }
 
 // Just after an outage the lease informer may still hold this member's
 // Lease as it was before (unchanged for a lease duration) while the new
@@ -332,5 +334,115 @@ func TestTheLeaderCountsItselfLiveWhileItsTenureStands(t *testing.T) {
 	f.m.leaving.Store(true)
 	if live, _, err := f.m.liveMembers(); err != nil || len(live) != 0 {
 		t.Errorf("live %v (%v) while leaving, want none", live, err)
+	}
+}
+
+func TestARebalancedRangeIsKeptUntilItsSuccessorSyncedIt(t *testing.T) {
+	ctx := context.Background()
+	f := newTenureFixture(t)
+	a := &Assignment{Owners: []string{"me", "b", "b", "me"}}
+	successor := func(annotations map[string]string) {
+		t.Helper()
+		l := f.lease(t, "virtshard-member-b", "b", "t1", "11")
+		l.Labels[LabelRole] = roleMember
+		maps.Copy(l.Annotations, annotations)
+		if err := f.indexer.Update(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := f.clock.Now()
+	deadline := moved.Add(f.m.cfg.HandoffWait)
+	check := func(what string, i int, wantWait bool) {
+		t.Helper()
+		wait, until := f.m.awaitSuccessor(ctx, a, i, f.clock.Now())
+		if wait != wantWait || (wait && !until.Equal(deadline)) {
+			t.Errorf("%s: awaitSuccessor(range %d) = %v until %s, want %v until %s", what, i, wait, until, wantWait, deadline)
+		}
+	}
+
+	check("successor's lease not seen yet", 1, true)
+	successor(nil)
+	check("successor does not say what it synced", 1, false)
+	successor(map[string]string{AnnotationSynced: ""})
+	check("successor synced nothing yet", 1, true)
+	successor(map[string]string{AnnotationSynced: "2"})
+	check("successor synced another range", 1, true)
+	check("successor synced this range", 2, false)
+	successor(map[string]string{AnnotationSynced: "not a set"})
+	check("successor's annotation does not parse", 1, false)
+
+	successor(map[string]string{AnnotationSynced: ""})
+	f.clock.Step(f.m.cfg.HandoffWait - time.Second)
+	check("a second before the bound", 1, true)
+	f.clock.Step(time.Second)
+	check("at the bound", 1, false)
+
+	f.m.movedAt[1] = time.Time{}
+	f.m.leaving.Store(true)
+	check("this member leaving", 1, false)
+}
+
+func TestHeartbeatAnnouncesSyncedRanges(t *testing.T) {
+	ctx := context.Background()
+	f := newTenureFixture(t)
+	if err := f.m.beat(ctx); err != nil { // begins the tenure
+		t.Fatal(err)
+	}
+	read := func() (string, bool) {
+		t.Helper()
+		l, err := f.client.CoordinationV1().Leases("ns").Get(ctx, "virtshard-member-me", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, ok := l.Annotations[AnnotationSynced]
+		return v, ok
+	}
+	if err := f.m.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := read(); ok {
+		t.Errorf("a member that prepares nothing announces synced ranges %q", v)
+	}
+	f.m.announceSynced("1,3")
+	select {
+	case <-f.m.beatNow:
+	default:
+		t.Error("a new synced set did not ask for a heartbeat at once")
+	}
+	if err := f.m.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := read(); v != "1,3" {
+		t.Errorf("announced %q, want %q", v, "1,3")
+	}
+	f.m.announceSynced("1,3")
+	select {
+	case <-f.m.beatNow:
+		t.Error("an unchanged synced set asked for a heartbeat")
+	default:
+	}
+}
+
+// A restarted member's first write replaces what its previous process
+// announced: holders must not hand over to caches that are gone.
+func TestNewTenureReplacesAPreviousProcessesSyncedRanges(t *testing.T) {
+	ctx := context.Background()
+	f := newTenureFixture(t)
+	f.m.synced.Store(new(string)) // a Preparer's, before it synced anything
+	old := f.m.cfg.newLease("virtshard-member-me", roleMember, "previous", f.clock.Now())
+	setHolder(old, "", "", f.m.cfg.LeaseDuration, f.clock.Now())
+	old.Annotations[AnnotationSynced] = "0-3"
+	if _, err := f.client.CoordinationV1().Leases("ns").Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := f.client.CoordinationV1().Leases("ns").Get(ctx, "virtshard-member-me", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := l.Annotations[AnnotationSynced]; !ok || v != "" || tenureOf(l) == "previous" {
+		t.Errorf("new tenure %q announces synced ranges %q (present: %v), want none", tenureOf(l), v, ok)
 	}
 }

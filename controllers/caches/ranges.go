@@ -223,6 +223,12 @@ func (c *Ranges) Unprepare(i int) {
 	}
 }
 
+// Synced implements shard.Preparer: range i's prepared caches have synced.
+func (c *Ranges) Synced(i int) bool {
+	r := c.prepared[i].Load()
+	return r != nil && r.hasSynced()
+}
+
 // Keep implements shard.Preparer: range i's release that follows leaves
 // its informers running, prepared, with a fresh overlay of own writes.
 func (c *Ranges) Keep(i int) { c.keep[i].Store(true) }

@@ -40,6 +40,9 @@ type Options struct {
 	// SuspectAfter is when others start warming a silent replica's ranges;
 	// zero means the shard default (two retry periods).
 	SuspectAfter time.Duration
+	// HandoffWait bounds how long a replica keeps a range moved to another
+	// replica still syncing its caches of it; zero means the shard default.
+	HandoffWait time.Duration
 	// WarmCaches starts the informers of a suspect replica's ranges before
 	// they are taken over (shard.Preparer); off, they sync after the claim.
 	WarmCaches bool
@@ -130,6 +133,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "stop acting on a range this long after its last renewal started")
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "lease renew and retry period")
 	fs.DurationVar(&o.SuspectAfter, "suspect-after", o.SuspectAfter, "warm the caches of a replica's ranges once its member lease is unchanged this long, to take them over fast if it dies; 0: two retry periods, at most the renew deadline")
+	fs.DurationVar(&o.HandoffWait, "handoff-wait", o.HandoffWait, "keep acting on a range the assignment moved to another replica until that replica's caches of it synced, at most this long; 0: 2m")
 	fs.BoolVar(&o.WarmCaches, "warm-caches", o.WarmCaches, "start the informers of a suspect replica's ranges before taking them over; false: sync them after the claim (less memory and API load while a replica only looks dead, slower takeovers at large object counts)")
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "client QPS to the API server")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "client burst to the API server")
@@ -253,6 +257,7 @@ func (o *Options) shardTimings() *shard.Config {
 		RenewDeadline: o.RenewDeadline,
 		RetryPeriod:   o.RetryPeriod,
 		SuspectAfter:  o.SuspectAfter,
+		HandoffWait:   o.HandoffWait,
 	}
 	c.Complete()
 	return c

@@ -22,6 +22,8 @@ func TestLeaseTimingFlags(t *testing.T) {
 		{[]string{"--renew-deadline=10s"}, "renew deadline 10s must be shorter than the lease duration 10s"},
 		{[]string{"--retry-period=7s"}, "retry period 7s must be shorter than the renew deadline 7s"},
 		{[]string{"--lease-duration=10500ms"}, "must be a whole number of seconds"},
+		{[]string{"--handoff-wait=30s"}, ""},
+		{[]string{"--handoff-wait=-1s"}, "handoff wait -1s must not be negative"},
 	} {
 		o := app.NewOptions()
 		o.Identity, o.Namespace = "r0", "ns"

@@ -172,6 +172,7 @@ func (o *Options) manager(kube kubernetes.Interface, ranges shard.Ranges, rangeC
 		RenewDeadline: o.RenewDeadline,
 		RetryPeriod:   o.RetryPeriod,
 		SuspectAfter:  o.SuspectAfter,
+		HandoffWait:   o.HandoffWait,
 		Handler:       handler,
 		Metrics:       metrics,
 	})

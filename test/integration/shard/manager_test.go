@@ -39,6 +39,9 @@ type group struct {
 	timeline timeline
 	members  map[string]*member
 	warming  warming
+	// handoffWait, if set, is every member started from now on's
+	// Config.HandoffWait.
+	handoffWait time.Duration
 }
 
 type member struct {
@@ -53,6 +56,8 @@ type member struct {
 	// informers fall behind the server, as they do under load.
 	lag      *atomic.Bool
 	registry *prometheus.Registry
+	// syncing keeps the member's prepared caches from syncing while set.
+	syncing *atomic.Bool
 	// leaseWrites counts the member's writes to Leases (leader election
 	// included).
 	leaseWrites *atomic.Int64
@@ -103,15 +108,18 @@ func (w *warming) of(member string, i int, since time.Time) []warmingCall {
 	return out
 }
 
-// warmingHandler is a shard.Handler and shard.Preparer that only records.
+// warmingHandler is a shard.Handler and shard.Preparer that only records;
+// its prepared caches count as synced unless syncing is set.
 type warmingHandler struct {
-	member string
-	log    *warming
+	member  string
+	log     *warming
+	syncing *atomic.Bool
 }
 
-func (h warmingHandler) Prepare(i int)   { h.log.add(h.member, i, "prepare") }
-func (h warmingHandler) Unprepare(i int) { h.log.add(h.member, i, "unprepare") }
-func (h warmingHandler) Keep(i int)      { h.log.add(h.member, i, "keep") }
+func (h warmingHandler) Prepare(i int)     { h.log.add(h.member, i, "prepare") }
+func (h warmingHandler) Unprepare(i int)   { h.log.add(h.member, i, "unprepare") }
+func (h warmingHandler) Keep(i int)        { h.log.add(h.member, i, "keep") }
+func (h warmingHandler) Synced(_ int) bool { return !h.syncing.Load() }
 func (h warmingHandler) Acquired(_ context.Context, i int) error {
 	h.log.add(h.member, i, "acquired")
 	return nil
@@ -191,25 +199,26 @@ func (b laggingBody) Read(p []byte) (int, error) {
 
 func (g *group) start(id string) *member {
 	g.t.Helper()
-	cut, lag, leaseWrites := &atomic.Bool{}, &atomic.Bool{}, &atomic.Int64{}
+	cut, lag, syncing, leaseWrites := &atomic.Bool{}, &atomic.Bool{}, &atomic.Bool{}, &atomic.Int64{}
 	cfg := clustertest.Config(g.t)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, cut, lag, leaseWrites} })
 	client := kubernetes.NewForConfigOrDie(cfg)
 	registry := prometheus.NewRegistry()
 	m, err := shard.NewManager(shard.Config{
-		Client:    client,
-		Namespace: g.ns,
-		Identity:  id,
-		Ranges:    g.ranges,
-		Metrics:   shard.NewMetrics(registry),
-		Handler:   warmingHandler{id, &g.warming},
+		Client:      client,
+		Namespace:   g.ns,
+		Identity:    id,
+		Ranges:      g.ranges,
+		Metrics:     shard.NewMetrics(registry),
+		Handler:     warmingHandler{id, &g.warming, syncing},
+		HandoffWait: g.handoffWait,
 	})
 	if err != nil {
 		g.t.Fatal(err)
 	}
 	m.Observer = g.timeline.add
 	ctx, cancel := context.WithCancel(context.Background())
-	mem := &member{id: id, manager: m, cancel: cancel, done: make(chan error, 1), cut: cut, lag: lag, registry: registry, leaseWrites: leaseWrites}
+	mem := &member{id: id, manager: m, cancel: cancel, done: make(chan error, 1), cut: cut, lag: lag, registry: registry, syncing: syncing, leaseWrites: leaseWrites}
 	go func() { mem.done <- m.Run(ctx) }()
 	g.members[id] = mem
 	return mem
@@ -436,6 +445,71 @@ func TestScalingMovesOnlyWhatItMust(t *testing.T) {
 		t.Errorf("5 → 2 members moved %d ranges, more than 1.3 × the ideal %.1f", m, ideal)
 	} else {
 		t.Logf("5 → 2 members moved %d ranges (ideal %.1f)", m, ideal)
+	}
+}
+
+// A member that joins is given its ranges only once its caches of them
+// synced: until then their holder keeps acting on them, where releasing
+// them at once would leave them to nobody for as long as the sync takes.
+func TestJoiningMemberIsHandedRangesOnceItsCachesSynced(t *testing.T) {
+	g := newGroup(t)
+	g.start("a")
+	g.waitConverged(30 * time.Second)
+
+	b := g.start("b")
+	b.syncing.Store(true)
+	// b is assigned ranges and prepares them; a must keep them meanwhile,
+	// through several of b's heartbeats.
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return gauge(t, b.registry, "virtshard_shard_ranges_prepared") > 0, nil
+	}); err != nil {
+		t.Fatal("b prepared no range within 30 s of joining")
+	}
+	watched := time.Now()
+	for time.Since(watched) < 3*shard.DefaultRetryPeriod {
+		holders, err := g.holders()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(heldBy(holders, "a")); n != rangeCount {
+			t.Fatalf("a released ranges to b before b's caches synced: a holds %d of %d", n, rangeCount)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	synced := time.Now()
+	b.syncing.Store(false)
+	holders := g.waitConverged(30 * time.Second)
+	took := heldBy(holders, "b")
+	if len(took) == 0 {
+		t.Fatal("b holds no range after its caches synced")
+	}
+	g.timeline.mu.Lock()
+	defer g.timeline.mu.Unlock()
+	for _, e := range g.timeline.events {
+		if e.Member == "a" && e.Type == shard.EventReleased && slices.Contains(took, e.Range) && e.Time.Before(synced) {
+			t.Errorf("a released range %d at %s, before b's caches synced at %s", e.Range, e.Time.Format(time.StampMilli), synced.Format(time.StampMilli))
+		}
+	}
+	t.Logf("b took %d ranges once its caches synced", len(took))
+}
+
+// A successor that never syncs holds a move up for HandoffWait at most.
+func TestHandoffToASuccessorThatNeverSyncsIsBounded(t *testing.T) {
+	g := newGroup(t)
+	g.handoffWait = 4 * time.Second
+	g.start("a")
+	g.waitConverged(30 * time.Second)
+
+	joined := time.Now()
+	b := g.start("b")
+	b.syncing.Store(true)
+	holders := g.waitConverged(30 * time.Second)
+	if len(heldBy(holders, "b")) == 0 {
+		t.Fatal("b holds no range")
+	}
+	if took := time.Since(joined); took < g.handoffWait {
+		t.Errorf("b held its ranges %s after joining, before the handoff wait (%s) ran out, though its caches never synced", took, g.handoffWait)
 	}
 }
 
