@@ -78,8 +78,9 @@ type Manager struct {
 	assignment  atomic.Pointer[Assignment]
 	assignedAt  []time.Time // when the assignment gave us range i; reconcile loop only
 	// movedAt[i]: when the assignment moved range i, held here, to another
-	// member; reconcile loop only.
-	movedAt []time.Time
+	// member; handingOver[i]: its release was asked for. Reconcile loop only.
+	movedAt     []time.Time
+	handingOver []bool
 	// synced is what this member's heartbeat writes in AnnotationSynced:
 	// nil unless the handler is a Preparer.
 	synced atomic.Pointer[string]
@@ -132,6 +133,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		active:       make([]atomic.Bool, n),
 		assignedAt:   make([]time.Time, n),
 		movedAt:      make([]time.Time, n),
+		handingOver:  make([]bool, n),
 		prepared:     make([]bool, n),
 		kept:         make([]bool, n),
 		keepPrepared: make([]time.Time, n),
@@ -482,13 +484,16 @@ func (m *Manager) reconcile(ctx context.Context) (next time.Time) {
 			synced.Add(i)
 		}
 		if h == nil || want || predicted {
-			m.movedAt[i] = time.Time{}
+			m.movedAt[i], m.handingOver[i] = time.Time{}, false
 		}
 		switch {
 		case h != nil && !want && !predicted:
-			if wait, until := m.awaitSuccessor(ctx, a, i, now); wait {
-				nextSuspicion = earliest(nextSuspicion, until)
-				continue
+			if !m.handingOver[i] {
+				if wait, until := m.awaitSuccessor(ctx, a, i, now); wait {
+					nextSuspicion = earliest(nextSuspicion, until)
+					continue
+				}
+				m.handingOver[i] = true
 			}
 			h.requestRelease(ReasonRebalance)
 		case open && (want || predicted):
