@@ -20,6 +20,11 @@ func event(replica, verb, resource, name string, received, done float64, code in
 
 // tenured is event for a Lease write that names a tenure.
 func tenured(replica, verb, resource, name string, received, done float64, code int, holder, tenure string) string {
+	return versioned(replica, verb, resource, name, received, done, code, holder, tenure, "")
+}
+
+// versioned is tenured for a Lease write made on resourceVersion rv.
+func versioned(replica, verb, resource, name string, received, done float64, code int, holder, tenure, rv string) string {
 	ev := map[string]any{
 		"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata", "auditID": fmt.Sprint(received),
 		"stage": "ResponseComplete", "verb": verb, "userAgent": UserAgentPrefix + replica,
@@ -34,7 +39,11 @@ func tenured(replica, verb, resource, name string, received, done float64, code 
 		if holder != "-" {
 			spec["holderIdentity"] = holder
 		}
-		ev["requestObject"] = map[string]any{"spec": spec, "metadata": map[string]any{"annotations": map[string]string{"virtshard.io/tenure": tenure}}}
+		meta := map[string]any{"annotations": map[string]string{"virtshard.io/tenure": tenure}}
+		if rv != "" {
+			meta["resourceVersion"] = rv
+		}
+		ev["requestObject"] = map[string]any{"spec": spec, "metadata": meta}
 	}
 	out, _ := json.Marshal(ev)
 	return string(out)
@@ -223,5 +232,25 @@ func TestAFleetMemberMayBeWrittenByItsFleetsHolder(t *testing.T) {
 	}
 	if res.Checked != 3 || len(res.Violations) != 1 || res.Violations[0].Replica != "c" {
 		t.Errorf("checked %d writes, violations %v; want 3 and c's delete alone", res.Checked, res.Violations)
+	}
+}
+
+// A release applied before the claim made on its version can complete
+// after it: the claim's resourceVersion puts it after the release.
+func TestLeaseWritesAreOrderedByTheVersionTheyWereMadeOn(t *testing.T) {
+	log := strings.Join([]string{
+		versioned("a", "update", "leases", "vs-range-3", 0, 0.01, 200, "a", "", "10"),
+		// b's claim, made on the version a's release wrote, completes first.
+		versioned("b", "update", "leases", "vs-range-3", 5.1, 5.2, 200, "b", "", "30"),
+		versioned("a", "update", "leases", "vs-range-3", 5.0, 5.3, 200, "-", "", "20"),
+		event("b", "create", "pods", "obj-3", 6, 6.1, 201, ""),
+		event("a", "patch", "pods", "obj-3", 5.25, 5.26, 200, ""), // after its own release
+	}, "\n")
+	res, err := checker().Check(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Violations) != 1 || res.Violations[0].Replica != "a" || !strings.Contains(res.Violations[0].Reason, "b held the range") {
+		t.Errorf("violations %v, want only a's write after b's claim", res.Violations)
 	}
 }
