@@ -417,23 +417,31 @@ func TestAMigrationIsPlayedByTheTargetAndTheSource(t *testing.T) {
 // FailMigrationAnnotation the target never sees the domain, and the source
 // reports the failure with its reason after the migration's duration, as
 // virt-handler's setMigrationProgressStatus does; the target then lets go.
-func TestAMigrationTheVMIAsksToFailIsReportedFailedBySource(t *testing.T) {
+// startedMigration is a Running VMI on node1 whose migration to node2
+// the target prepared and the source started; annotations go on the VMI.
+func startedMigration(t *testing.T, annotations map[string]string) (f *fixture, target *corev1.Pod) {
+	t.Helper()
 	start := time.Now().Add(-time.Minute)
 	vmi := scheduledVMI()
 	vmi.Status.Phase = virtv1.Running
-	vmi.Annotations = map[string]string{FailMigrationAnnotation: "the guest refused"}
+	vmi.Annotations = annotations
 	vmi.Labels[virtv1.MigrationTargetNodeNameLabel] = node2
 	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-uid",
 		SourceNode: node1, SourcePod: "virt-launcher-vmi-abcde", TargetNode: node2, TargetPod: "virt-launcher-vmi-fghij"}
 	source := launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, start)
-	target := launcherPod("virt-launcher-vmi-fghij", node2, targetIP, corev1.PodRunning, start.Add(time.Second))
-	f := newFixture(t, []runtime.Object{source, target}, vmi)
+	target = launcherPod("virt-launcher-vmi-fghij", node2, targetIP, corev1.PodRunning, start.Add(time.Second))
+	f = newFixture(t, []runtime.Object{source, target}, vmi)
 
 	f.sync(node2) // prepare the target
 	f.sync(node1) // start
 	if ms := f.vmi().Status.MigrationState; ms.StartTimestamp == nil {
 		t.Fatalf("migration %+v not started", ms)
 	}
+	return f, target
+}
+
+func TestAMigrationTheVMIAsksToFailIsReportedFailedBySource(t *testing.T) {
+	f, target := startedMigration(t, map[string]string{FailMigrationAnnotation: "the guest refused"})
 	f.clock.Step(DefaultMigrationDuration)
 	if _, writes := f.sync(node2); len(writes) != 0 {
 		t.Fatalf("the target detected a domain that never arrives: %v", kvfake.Writes(writes))
@@ -467,18 +475,7 @@ func TestAMigrationTheVMIAsksToFailIsReportedFailedBySource(t *testing.T) {
 // source reports the migration failed with the abort succeeded, and the
 // VMI stays on the source.
 func TestAMigrationAskedToAbortIsReportedFailedBySource(t *testing.T) {
-	start := time.Now().Add(-time.Minute)
-	vmi := scheduledVMI()
-	vmi.Status.Phase = virtv1.Running
-	vmi.Labels[virtv1.MigrationTargetNodeNameLabel] = node2
-	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-uid",
-		SourceNode: node1, SourcePod: "virt-launcher-vmi-abcde", TargetNode: node2, TargetPod: "virt-launcher-vmi-fghij"}
-	source := launcherPod("virt-launcher-vmi-abcde", node1, podIP, corev1.PodRunning, start)
-	target := launcherPod("virt-launcher-vmi-fghij", node2, targetIP, corev1.PodRunning, start.Add(time.Second))
-	f := newFixture(t, []runtime.Object{source, target}, vmi)
-
-	f.sync(node2) // prepare the target
-	f.sync(node1) // start
+	f, _ := startedMigration(t, nil)
 	asked := f.vmi()
 	asked.Status.MigrationState.AbortRequested = true
 	if _, err := f.kv.VirtualMachineInstances(ns).Update(context.Background(), asked, metav1.UpdateOptions{}); err != nil {
