@@ -251,11 +251,84 @@ func (r *Runner) node(ctx context.Context, ns string, n *NodeStep) error {
 		_, err = r.Dynamic.Resource(vmis).Namespace(ns).Patch(ctx, n.VMI, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	case NodeStop:
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, handler.StoppedAnnotation)
-		_, err := r.Dynamic.Resource(nodes).Patch(ctx, n.Node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-		return err
+		return r.stopNode(ctx, n.Node)
+	case NodeStaleHeartbeat:
+		vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, n.VMI, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node, _, err := unstructured.NestedString(vmi.Object, "status", "nodeName")
+		if err != nil || node == "" {
+			return fmt.Errorf("VMI %s is on no node (%v)", n.VMI, err)
+		}
+		if err := r.stopNode(ctx, node); err != nil {
+			return err
+		}
+		return r.staleHeartbeat(ctx, node)
+	case NodeHangLauncherPod:
+		vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, n.VMI, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		list, err := r.Dynamic.Resource(pods).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.GetUID())})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			return fmt.Errorf("VMI %s has no launcher pod to hang", n.VMI)
+		}
+		for _, p := range list.Items {
+			containers, _, _ := unstructured.NestedSlice(p.Object, "spec", "containers")
+			var statuses []any
+			for _, c := range containers {
+				name, _, _ := unstructured.NestedString(c.(map[string]any), "name")
+				image, _, _ := unstructured.NestedString(c.(map[string]any), "image")
+				statuses = append(statuses, map[string]any{"name": name, "image": image, "imageID": "", "ready": false, "restartCount": int64(0),
+					"state": map[string]any{"terminated": map[string]any{"exitCode": int64(0), "reason": "Completed"}}})
+			}
+			patch, err := json.Marshal(map[string]any{"status": map[string]any{"containerStatuses": statuses}})
+			if err != nil {
+				return err
+			}
+			if _, err := r.Dynamic.Resource(pods).Namespace(ns).Patch(ctx, p.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return fmt.Errorf("node action %q", n.Action)
+}
+
+// stopNode stops the node's kubelet and simulated virt-handler (the
+// harness starts it again after the scenarios).
+func (r *Runner) stopNode(ctx context.Context, node string) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, handler.StoppedAnnotation)
+	_, err := r.Dynamic.Resource(nodes).Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// staleHeartbeat dates the node's heartbeat back by three times
+// virt-controller's five-minute timeout, and again if a heartbeat the
+// stopping virt-handler sent lands after it, until the handler is seen
+// silent for a few seconds.
+func (r *Runner) staleHeartbeat(ctx context.Context, node string) error {
+	stale := time.Now().Add(-15 * time.Minute).UTC().Format(time.RFC3339)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, virtv1.VirtHandlerHeartbeat, stale)
+	quiet := time.Time{}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := r.Dynamic.Resource(nodes).Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if n.GetAnnotations()[virtv1.VirtHandlerHeartbeat] != stale {
+			if _, err := r.Dynamic.Resource(nodes).Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				return false, err
+			}
+			quiet = time.Now()
+			return false, nil
+		}
+		return time.Since(quiet) > 3*time.Second, nil
+	})
 }
 
 var vms = virtv1.SchemeGroupVersion.WithResource("virtualmachines")

@@ -83,9 +83,18 @@ const (
 	// eviction admitter refuses the eviction and marks the VMI for
 	// evacuation off its node (status.evacuationNodeName).
 	NodeEvict = "evict"
+	// NodeStaleHeartbeat: the VMI's node's virt-handler stops, and its
+	// heartbeat (kubevirt.io/heartbeat) is dated back past virt-controller's
+	// five minutes, as five silent minutes would leave it. Every VMI on the
+	// node is touched: the scenario must be exclusive.
+	NodeStaleHeartbeat = "stale-heartbeat"
+	// NodeHangLauncherPod: every container of the VMI's launcher pods
+	// reports terminated while the pod stays Running, as a launcher hangs
+	// in termination with no virt-handler to unmount its disks.
+	NodeHangLauncherPod = "hang-launcher-pod"
 )
 
-var nodeActions = []string{NodeFail, NodeSucceed, NodeDeleteLauncherPod, NodeStop, NodeEvict}
+var nodeActions = []string{NodeFail, NodeSucceed, NodeDeleteLauncherPod, NodeStop, NodeEvict, NodeStaleHeartbeat, NodeHangLauncherPod}
 
 // NodeStep is an action of the node side: on a VMI, or on a node (NodeStop).
 type NodeStep struct {
@@ -206,6 +215,9 @@ func (s *Scenario) Validate() error {
 	}
 	seen := map[string]bool{}
 	for i, st := range s.Steps {
+		if st.Node != nil && st.Node.Action == NodeStaleHeartbeat && !s.Exclusive {
+			errs = append(errs, fmt.Errorf("step %d: a scenario that stops a node's heartbeat must be exclusive: other scenarios' VMIs share the node", i+1))
+		}
 		if st.Configure != nil && !s.Exclusive {
 			errs = append(errs, fmt.Errorf("step %d: a scenario that configures must be exclusive: the KubeVirt CR is the cluster's", i+1))
 		}

@@ -136,6 +136,9 @@ func Start(ctx context.Context, copts cluster.Options, opts Options) (*Controlle
 	if err := ensureKubeVirt(ctx, dyn); err != nil {
 		return nil, err
 	}
+	if err := ensureHandlerDaemonSet(ctx, kube); err != nil {
+		return nil, err
+	}
 	if err := checkLease(ctx, kube, identity); err != nil {
 		return nil, err
 	}

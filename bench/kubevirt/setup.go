@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,6 +176,34 @@ func ensureKubeVirt(ctx context.Context, client dynamic.Interface) error {
 	}
 	if _, err := crs.Patch(ctx, CRName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("set the status of KubeVirt %s/%s: %w", Namespace, CRName, err)
+	}
+	return nil
+}
+
+// ensureHandlerDaemonSet makes sure a virt-handler DaemonSet is there for
+// virt-controller's node controller to find: on an unresponsive node with
+// VMIs and no virt-handler pod it lists DaemonSets labelled
+// kubevirt.io=virt-handler, and fails nothing unless there is exactly one
+// (pkg/virt-controller/watch/node/node.go, checkDaemonSetStatus). The
+// simulated virt-handler runs outside pods, so this one selects no node:
+// it schedules nothing, and its status (none desired) counts as running.
+func ensureHandlerDaemonSet(ctx context.Context, client kubernetes.Interface) error {
+	labels := map[string]string{"kubevirt.io": "virt-handler"}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "virt-handler", Namespace: Namespace, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"virtshard.io/simulated-virt-handler": "runs-outside-pods"},
+					Containers:   []corev1.Container{{Name: "virt-handler", Image: "virt-handler"}},
+				},
+			},
+		},
+	}
+	if _, err := client.AppsV1().DaemonSets(Namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create DaemonSet %s/virt-handler: %w", Namespace, err)
 	}
 	return nil
 }

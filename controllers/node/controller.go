@@ -1,7 +1,10 @@
 // Package node is virtshard's node controller: what KubeVirt's
-// virt-controller does when a node goes away or is drained. A node
-// NotReady past a grace period, or deleted, fails the VMIs this replica
-// holds on it (reason NodeUnresponsive) and deletes their launcher pods; a
+// virt-controller does when a node's virt-handler goes silent or the node
+// is drained. A node whose virt-handler heartbeat (the kubevirt.io/heartbeat
+// annotation) is older than the heartbeat timeout, or that is deleted, is
+// unresponsive: it is labelled kubevirt.io/schedulable=false, and the VMIs
+// this replica holds on it that are Scheduled or Running with no live
+// launcher pod there are failed (reason NodeUnresponsive) (heartbeat.go); a
 // node tainted for drain (the KubeVirt CR's migrations.nodeDrainTaintKey,
 // kubevirt.io/drain by default) gets migrations for the VMIs this replica
 // holds on it, and so does a VMI whose launcher pod a drain evicted
@@ -9,23 +12,22 @@
 // cluster-wide limits, ahead of users' migrations.
 //
 // Nodes are cluster-scoped and few: every replica watches all of them
-// (package kinds, cluster-wide) and acts only on the VMIs of the ranges it holds.
+// (package kinds, cluster-wide) and acts only on the VMIs of the ranges it
+// holds; a node itself is written only by the holder of the range its name
+// hashes to.
 package node
 
 import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -33,16 +35,15 @@ import (
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/migration"
-	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
-	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // Defaults.
 const (
-	// DefaultGracePeriod is how long a node may be NotReady before its VMIs
-	// fail: KubeVirt's heartbeat timeout.
-	DefaultGracePeriod = 5 * time.Minute
+	// DefaultHeartbeatTimeout is how old a node's virt-handler heartbeat
+	// may be before the node is unresponsive: KubeVirt's node controller's
+	// heartBeatTimeout.
+	DefaultHeartbeatTimeout = 5 * time.Minute
 	// DefaultDrainTaintKey is KubeVirt's NodeDrainTaintDefaultKey, in
 	// force without a KubeVirt CR that sets another.
 	DefaultDrainTaintKey = clusterconfig.DefaultNodeDrainTaintKey
@@ -57,8 +58,8 @@ const (
 
 // Options of the node controller.
 type Options struct {
-	// GracePeriod a node may be NotReady.
-	GracePeriod time.Duration
+	// HeartbeatTimeout is how old a node's virt-handler heartbeat may be.
+	HeartbeatTimeout time.Duration
 	// DrainTaintKey, when set, overrides the KubeVirt CR's
 	// migrations.nodeDrainTaintKey, which is read at every sync otherwise.
 	DrainTaintKey string
@@ -68,18 +69,18 @@ type Options struct {
 }
 
 // DefaultOptions are KubeVirt's.
-func DefaultOptions() Options { return Options{GracePeriod: DefaultGracePeriod} }
+func DefaultOptions() Options { return Options{HeartbeatTimeout: DefaultHeartbeatTimeout} }
 
 // AddFlags registers the options on fs.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&o.GracePeriod, "node-grace-period", o.GracePeriod, "fail the VMIs of a node NotReady this long")
+	fs.DurationVar(&o.HeartbeatTimeout, "heartbeat-timeout", o.HeartbeatTimeout, "a node whose virt-handler heartbeat is older than this is unresponsive: it is labelled kubevirt.io/schedulable=false and its VMIs without a live launcher pod fail")
 	fs.StringVar(&o.DrainTaintKey, "drain-taint-key", o.DrainTaintKey, "key of the NoSchedule taint that marks a node whose VMIs are migrated away; empty: the KubeVirt CR's nodeDrainTaintKey, followed live (kubevirt.io/drain without a CR)")
 }
 
 // Validate checks the options.
 func (o *Options) Validate() error {
-	if o.GracePeriod <= 0 {
-		return errors.New("--node-grace-period must be positive")
+	if o.HeartbeatTimeout <= 0 {
+		return errors.New("--heartbeat-timeout must be positive")
 	}
 	return nil
 }
@@ -110,8 +111,8 @@ type Controller struct {
 }
 
 func newController(env *sharded.Env, rt *sharded.Runtime, opts Options) (*Controller, error) {
-	if opts.GracePeriod <= 0 {
-		opts.GracePeriod = DefaultGracePeriod
+	if opts.HeartbeatTimeout <= 0 {
+		opts.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
 	if env.ClusterConfig == nil {
 		return nil, errors.New("no cluster configuration")
@@ -173,34 +174,27 @@ func (c *Controller) sync(ctx context.Context, it sharded.Item) (time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	vmis := c.vmisOn(name)
-	if len(vmis) == 0 {
+	if !exists {
+		return 0, c.unresponsive(ctx, name, nil)
+	}
+	stale, recheck, err := heartbeatStale(node, c.opts.HeartbeatTimeout, c.env.Clock.Now())
+	if err != nil {
+		// As KubeVirt: a heartbeat that does not parse is virt-handler's to
+		// mend; its next one brings the node back here.
+		klog.FromContext(ctx).Error(err, "Cannot tell whether the node is responsive", "node", name)
 		return 0, nil
 	}
-	if !exists {
-		return 0, c.failAll(ctx, name, vmis, "the node was deleted")
+	if stale {
+		return unresponsiveRecheck, c.unresponsive(ctx, name, node)
 	}
-	if since, notReady := notReadySince(node); notReady {
-		if left := c.opts.GracePeriod - time.Since(since); left > 0 {
-			return left, nil
+	if vmis := c.vmisOn(name); len(vmis) > 0 && evacuating(node, vmis, c.drainTaintKey()) {
+		after, err := c.evacuate(ctx, node, vmis)
+		if after == 0 || (recheck > 0 && recheck < after) {
+			after = recheck
 		}
-		return 0, c.failAll(ctx, name, vmis, fmt.Sprintf("the node has been NotReady since %s", since.Format(time.RFC3339)))
+		return after, err
 	}
-	if evacuating(node, vmis, c.drainTaintKey()) {
-		return c.evacuate(ctx, node, vmis)
-	}
-	return 0, nil
-}
-
-// notReadySince reports a node whose Ready condition is not True, and
-// since when.
-func notReadySince(node *corev1.Node) (time.Time, bool) {
-	for _, cond := range node.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.LastTransitionTime.Time, cond.Status != corev1.ConditionTrue
-		}
-	}
-	return node.CreationTimestamp.Time, true // never reported ready
+	return recheck, nil
 }
 
 // drainTaintKey is the drain taint key in force now: the override, else
@@ -223,57 +217,4 @@ func drained(node *corev1.Node, key string) bool {
 		}
 	}
 	return false
-}
-
-// failAll fails the VMIs and deletes their launcher pods on the node.
-func (c *Controller) failAll(ctx context.Context, node string, vmis []held, why string) error {
-	for _, h := range vmis {
-		err := c.fail(ctx, h, why)
-		if errors.Is(err, sharded.ErrNotHeld) {
-			continue // another replica's VMI now: it fails it
-		}
-		if err != nil {
-			return err
-		}
-		for _, pod := range kinds.PodsOf(h.Range, h.Object) {
-			if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil {
-				continue
-			}
-			err := c.rt.Write(ctx, h.Range.Index, func(ctx context.Context) error {
-				return c.env.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
-			})
-			if err != nil && !apierrors.IsNotFound(err) && !errors.Is(err, sharded.ErrNotHeld) {
-				return fmt.Errorf("delete launcher pod %s: %w", pod.Name, err)
-			}
-		}
-	}
-	return nil
-}
-
-// fail moves a VMI to Failed with the reason NodeUnresponsive, as
-// KubeVirt's node controller does, with the cached resourceVersion as a
-// precondition.
-func (c *Controller) fail(ctx context.Context, h held, why string) error {
-	vmi := h.Object
-	failed := vmi.DeepCopy()
-	if !vmistatus.Fail(failed, metav1.Now()) {
-		return nil
-	}
-	failed.Status.Reason = ReasonNodeUnresponsive
-	body, err := patch.Merge(vmi, failed)
-	if err != nil {
-		return err
-	}
-	err = c.rt.Write(ctx, h.Range.Index, func(ctx context.Context) error {
-		_, err := c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, body, metav1.PatchOptions{})
-		return err
-	})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("fail VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-	}
-	c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonNodeUnresponsive, "VMI failed: %s on node %s", why, vmi.Status.NodeName)
-	return nil
 }

@@ -34,12 +34,12 @@ func newFixture(t *testing.T, kubeObjects []runtime.Object, vmis ...runtime.Obje
 	return startFixture(t, shardedtest.Cluster{Objects: append(kubeObjects, vmis...)})
 }
 
-// startFixture starts the controller on c, with a grace period of a
+// startFixture starts the controller on c, with a heartbeat timeout of a
 // minute.
 func startFixture(t *testing.T, c shardedtest.Cluster) *fixture {
 	t.Helper()
 	f, ctrl := shardedtest.StartController(t, "node", func(env *sharded.Env, rt *sharded.Runtime) (*Controller, *sharded.Controller, error) {
-		ctrl, err := newController(env, rt, Options{GracePeriod: time.Minute})
+		ctrl, err := newController(env, rt, Options{HeartbeatTimeout: time.Minute})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -53,10 +53,12 @@ func (f *fixture) syncNode(name string) (time.Duration, error) {
 	return f.c.sync(context.Background(), sharded.Item{Range: sharded.Cluster, Key: name})
 }
 
-func notReadyNode(since time.Time) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(since),
-	}}}}
+// nodeBeating is node-1, schedulable, whose virt-handler last heartbeat at.
+func nodeBeating(at time.Time) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1",
+		Labels:      map[string]string{virtv1.NodeSchedulable: "true"},
+		Annotations: map[string]string{virtv1.VirtHandlerHeartbeat: at.UTC().Format(time.RFC3339)},
+	}}
 }
 
 // runningVMI is a VMI running on node-1 that migrates on eviction and can.
@@ -78,55 +80,125 @@ func launcherPod(vmi *virtv1.VirtualMachineInstance, rng string) *corev1.Pod {
 	}
 }
 
-func TestSyncFailsTheVMIsOfANodeNotReadyPastItsGracePeriod(t *testing.T) {
-	vmi := runningVMI("a")
-	rng := shardedtest.Ranges(t).Owner(vmi)
-	f := newFixture(t, []runtime.Object{notReadyNode(time.Now().Add(-2 * time.Minute)), launcherPod(vmi, strconv.Itoa(rng))}, vmi)
-	if _, err := f.syncNode("node-1"); err != nil {
-		t.Fatal(err)
-	}
-	if got := kvfake.Writes(f.KubeVirt.Actions()); !slices.Equal(got, []string{"patch virtualmachineinstances"}) {
-		t.Fatalf("KubeVirt writes %q, want the VMI patched Failed", got)
-	}
-	patch := string(f.KubeVirt.Actions()[0].(k8stesting.PatchAction).GetPatch())
-	for _, want := range []string{`"phase":"Failed"`, `"reason":"` + ReasonNodeUnresponsive + `"`, `"resourceVersion":"4"`, `"phase":"Failed","phaseTransitionTimestamp"`} {
-		if !strings.Contains(patch, want) {
-			t.Errorf("patch %s lacks %s", patch, want)
-		}
-	}
-	actions := f.Kube.Actions()
-	if got := kvfake.Writes(actions); !slices.Equal(got, []string{"delete pods"}) {
-		t.Fatalf("kube writes %q, want the launcher pod deleted", got)
-	}
-	if p := actions[len(actions)-1].(k8stesting.DeleteAction).GetDeleteOptions().Preconditions; p == nil || ptr.Deref(p.UID, "") != "pod-uid-a" {
-		t.Errorf("delete preconditions %+v, want the pod's UID", p)
-	}
+func withPhase(pod *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
+	pod.Status.Phase = phase
+	return pod
 }
 
-func TestSyncWaitsOutTheGracePeriod(t *testing.T) {
-	vmi := runningVMI("a")
-	f := newFixture(t, []runtime.Object{notReadyNode(time.Now().Add(-10 * time.Second))}, vmi)
+// A stale heartbeat fails the Scheduled and Running VMIs whose launcher
+// pod is dead or missing, and labels the node unschedulable; a VMI whose
+// pod lives is left, as in KubeVirt.
+func TestSyncFailsTheVMIsWithoutALivePodOfANodeWhoseHeartbeatIsStale(t *testing.T) {
+	deadPod, livePod, scheduled, pending := runningVMI("dead-pod"), runningVMI("live-pod"), runningVMI("scheduled"), runningVMI("pending")
+	scheduled.Status.Phase = virtv1.Scheduled
+	pending.Status.Phase = virtv1.Pending
+	ranges := shardedtest.Ranges(t)
+	// A second pod of dead-pod's, hanging in termination: not alive either.
+	terminated := withPhase(launcherPod(deadPod, strconv.Itoa(ranges.Owner(deadPod))), corev1.PodRunning)
+	terminated.Name, terminated.UID = "virt-launcher-terminated", "pod-terminated"
+	terminated.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}}
+	f := newFixture(t, []runtime.Object{nodeBeating(time.Now().Add(-2 * time.Minute)),
+		withPhase(launcherPod(deadPod, strconv.Itoa(ranges.Owner(deadPod))), corev1.PodFailed), terminated,
+		withPhase(launcherPod(livePod, strconv.Itoa(ranges.Owner(livePod))), corev1.PodRunning),
+	}, deadPod, livePod, scheduled, pending)
 	after, err := f.syncNode("node-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after <= 0 || after > time.Minute {
-		t.Errorf("look again after %s, want within the grace period left", after)
+	if after != unresponsiveRecheck {
+		t.Errorf("look again after %s, want %s", after, unresponsiveRecheck)
 	}
-	if got := append(kvfake.Writes(f.KubeVirt.Actions()), kvfake.Writes(f.Kube.Actions())...); len(got) != 0 {
-		t.Errorf("writes %q during the grace period", got)
+	failed := map[string]string{}
+	for _, a := range f.KubeVirt.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok {
+			failed[p.GetName()] = string(p.GetPatch())
+		}
+	}
+	if len(failed) != 2 || failed["dead-pod"] == "" || failed["scheduled"] == "" {
+		t.Fatalf("VMIs patched %v, want dead-pod and scheduled", failed)
+	}
+	for name, patch := range failed {
+		for _, want := range []string{`"phase":"Failed"`, `"reason":"` + ReasonNodeUnresponsive + `"`, `"resourceVersion":"4"`, `"phase":"Failed","phaseTransitionTimestamp"`} {
+			if !strings.Contains(patch, want) {
+				t.Errorf("patch of %s %s lacks %s", name, patch, want)
+			}
+		}
+	}
+	actions := f.Kube.Actions()
+	if got := kvfake.Writes(actions); !slices.Equal(got, []string{"patch nodes"}) {
+		t.Fatalf("kube writes %q, want the node labelled", got)
+	}
+	if p := string(actions[len(actions)-1].(k8stesting.PatchAction).GetPatch()); p != `{"metadata":{"labels":{"kubevirt.io/schedulable":"false"}}}` {
+		t.Errorf("node patch %s", p)
+	}
+	events := strings.Join(f.Events(), "\n")
+	for _, want := range []string{"Normal NodeUnresponsive virt-handler is not responsive, marking node as unresponsive", "Normal NodeUnresponsive virt-handler on node node-1 is not responsive, marking VMI as failed"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("events %q lack %q", events, want)
+		}
 	}
 }
 
-func TestSyncLeavesTheVMIsOfRangesNotHeld(t *testing.T) {
+func TestSyncLooksAgainWhenTheHeartbeatGoesStale(t *testing.T) {
+	f := newFixture(t, []runtime.Object{nodeBeating(time.Now().Add(-10 * time.Second))}, runningVMI("a"))
+	after, err := f.syncNode("node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after < 45*time.Second || after > 52*time.Second {
+		t.Errorf("look again after %s, want a second after the heartbeat goes stale (about 51 s)", after)
+	}
+	if got := append(kvfake.Writes(f.KubeVirt.Actions()), kvfake.Writes(f.Kube.Actions())...); len(got) != 0 {
+		t.Errorf("writes %q while the heartbeat is fresh", got)
+	}
+}
+
+// A node without a heartbeat never ran virt-handler, and one whose
+// heartbeat does not parse is virt-handler's to mend: neither is
+// unresponsive, as in KubeVirt.
+func TestSyncLeavesNodesWithoutAReadableHeartbeat(t *testing.T) {
+	none := nodeBeating(time.Now())
+	delete(none.Annotations, virtv1.VirtHandlerHeartbeat)
+	garbled := nodeBeating(time.Now())
+	garbled.Annotations[virtv1.VirtHandlerHeartbeat] = "yesterday"
+	for _, node := range []*corev1.Node{none, garbled} {
+		f := newFixture(t, []runtime.Object{node}, runningVMI("a"))
+		after, err := f.syncNode("node-1")
+		if err != nil || after != 0 {
+			t.Errorf("heartbeat %q: sync %s, %v; want nothing to look at again", node.Annotations[virtv1.VirtHandlerHeartbeat], after, err)
+		}
+		if got := append(kvfake.Writes(f.KubeVirt.Actions()), kvfake.Writes(f.Kube.Actions())...); len(got) != 0 {
+			t.Errorf("heartbeat %q: writes %q", node.Annotations[virtv1.VirtHandlerHeartbeat], got)
+		}
+	}
+}
+
+// A deleted node fails its VMIs whose pods are gone; one whose pod is
+// still there waits for the pod (the VMI controller fails a Running VMI
+// whose pod is deleted).
+func TestSyncFailsTheVMIsWithoutPodsOfADeletedNode(t *testing.T) {
+	gone, kept := runningVMI("gone"), runningVMI("kept")
+	f := newFixture(t, []runtime.Object{withPhase(launcherPod(kept, strconv.Itoa(shardedtest.Ranges(t).Owner(kept))), corev1.PodRunning)}, gone, kept)
+	after, err := f.syncNode("node-1")
+	if err != nil || after != 0 {
+		t.Fatalf("sync %s, %v; want done", after, err)
+	}
+	actions := f.KubeVirt.Actions()
+	if got := kvfake.Writes(actions); !slices.Equal(got, []string{"patch virtualmachineinstances"}) || actions[len(actions)-1].(k8stesting.PatchAction).GetName() != "gone" {
+		t.Errorf("writes %q, want VMI gone failed", got)
+	}
+}
+
+func TestSyncLeavesTheVMIsAndNodeOfRangesNotHeld(t *testing.T) {
 	vmi := runningVMI("a")
-	f := newFixture(t, []runtime.Object{notReadyNode(time.Now().Add(-2 * time.Minute))}, vmi)
+	f := newFixture(t, []runtime.Object{nodeBeating(time.Now().Add(-2 * time.Minute))}, vmi)
 	f.Fence.Drop(f.Ranges.Owner(vmi))
+	f.Fence.Drop(f.Ranges.OfValue("node-1"))
 	if _, err := f.syncNode("node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := append(kvfake.Writes(f.KubeVirt.Actions()), kvfake.Writes(f.Kube.Actions())...); len(got) != 0 {
-		t.Errorf("writes %q for another replica's VMI", got)
+		t.Errorf("writes %q for another replica's VMI and node", got)
 	}
 }
 

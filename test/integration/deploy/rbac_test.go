@@ -76,6 +76,8 @@ var rarelyCalled = map[access]string{
 	{"get", "instancetype.kubevirt.io", "virtualmachineclusterinstancetypes"}: "the same",
 	{"get", "instancetype.kubevirt.io", "virtualmachinepreferences"}:          "the same",
 	{"get", "instancetype.kubevirt.io", "virtualmachineclusterpreferences"}:   "the same",
+	{"patch", "", "nodes"}: "the node controller labels a node whose virt-handler heartbeat went stale unschedulable " +
+		"(test/integration/node covers it; this workload stops no node's heartbeat)",
 	{"list", "k8s.cni.cncf.io", "network-attachment-definitions"}: "NetworkAttachmentDefinitions are watched only where Multus' CRD is " +
 		"installed (not on the local cluster), for the launcher pod's SR-IOV resources",
 	{"watch", "k8s.cni.cncf.io", "network-attachment-definitions"}: "the same",
