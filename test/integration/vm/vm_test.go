@@ -264,9 +264,13 @@ func TestRunStrategies(t *testing.T) {
 		})
 		e.endVMI(second, virtv1.Succeeded)
 		e.waitVM("rerun", "Stopped", printable(virtv1.VirtualMachineStatusStopped))
-		if vmi := e.vmi("rerun"); vmi == nil || vmi.UID != second.UID {
-			t.Errorf("after success the VMI is %+v, want the succeeded one kept", vmi)
+		// As KubeVirt's (vm.go, RunStrategyRerunOnFailure): the VMI that
+		// ended is deleted either way, and only a failed one is replaced.
+		if vmi := e.vmi("rerun"); vmi != nil && vmi.UID != second.UID {
+			t.Errorf("after success a new VMI %s (phase %s), want none", vmi.UID, vmi.Status.Phase)
 		}
+		e.waitNoVMI("rerun")
+		e.stillNoVMI("rerun", "RerunOnFailure does not rerun a VMI that succeeded")
 	})
 
 	t.Run("Once runs the VMI once", func(t *testing.T) {
