@@ -15,7 +15,12 @@ func TestTheCorpusLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range scenarios {
+	// Scenarios held out of make differential load all the same.
+	heldOut, err := LoadDir("held-out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range append(slices.Clone(scenarios), heldOut...) {
 		if s.Description == "" {
 			t.Errorf("scenario %s has no description", s.Name)
 		}
