@@ -48,13 +48,22 @@ func (s *Sim) syncClaim(ctx context.Context, key string) (time.Duration, error) 
 	return 0, nil
 }
 
+// annStorageProvisioner is the PersistentVolume controller's hand-off of
+// a claim to an external provisioner. A provisioner that acted before it
+// raced the controller's own write of the claim, which then recorded a
+// ProvisioningFailed event ("Error saving claim") on one run and not the next.
+const annStorageProvisioner = "volume.kubernetes.io/storage-provisioner"
+
 // provisions says whether pvc is to get a volume now: a claim of one of
-// the provisioner's classes, not bound nor being deleted, whose class
-// lets it (at once, or once the scheduler chose its node), whose volume
-// is not made yet, and whose dataSource, a claim, is bound.
+// the provisioner's classes that the PersistentVolume controller handed
+// to it, as an external provisioner waits for, not bound nor being
+// deleted, whose class lets it (at once, or once the scheduler chose its
+// node), whose volume is not made yet, and whose dataSource, a claim, is
+// bound.
 func (s *Sim) provisions(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) bool {
 	switch {
-	case class == nil || class.Provisioner != Provisioner, pvc.Spec.VolumeName != "", pvc.DeletionTimestamp != nil,
+	case class == nil || class.Provisioner != Provisioner, pvc.Annotations[annStorageProvisioner] != Provisioner,
+		pvc.Spec.VolumeName != "", pvc.DeletionTimestamp != nil,
 		waitsForConsumer(class) && pvc.Annotations[annSelectedNode] == "":
 		return false
 	}

@@ -20,7 +20,7 @@ import (
 )
 
 // The simulation on fake clients: a DataVolume gets its claim, the claim
-// its volume, and once the claim is bound (the cluster's PersistentVolume
+// its volume once the PersistentVolume controller handed it over, and once the claim is bound (the cluster's PersistentVolume
 // controller does it; here the test) the DataVolume succeeds. CDI's
 // singletons and the class's StorageProfile are written.
 func TestADataVolumeIsImportedOnItsProvisionedVolume(t *testing.T) {
@@ -59,6 +59,16 @@ func TestADataVolumeIsImportedOnItsProvisionedVolume(t *testing.T) {
 	})
 	if ref := metav1.GetControllerOf(pvc); ref == nil || ref.UID != "dv-uid" || ptr.Deref(pvc.Spec.StorageClassName, "") != StorageClassImmediate {
 		t.Errorf("claim owned by %+v of class %v, want the DataVolume's, of the provisioner's Immediate class", ref, pvc.Spec.StorageClassName)
+	}
+	// The cluster's PersistentVolume controller hands the claim to the
+	// provisioner; nothing is provisioned before (here the test does it).
+	time.Sleep(200 * time.Millisecond)
+	if _, err := kube.CoreV1().PersistentVolumes().Get(ctx, volumeName(pvc), metav1.GetOptions{}); err == nil {
+		t.Fatal("a volume was provisioned before the PersistentVolume controller handed the claim over")
+	}
+	pvc.Annotations = map[string]string{annStorageProvisioner: Provisioner}
+	if pvc, err = kube.CoreV1().PersistentVolumeClaims("ns").Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	eventually(t, "the claim's volume", func() bool {
 		pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, volumeName(pvc), metav1.GetOptions{})
