@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -329,38 +330,24 @@ func (h *harness) startVirtshard(ctx context.Context) (func(), error) {
 		running = append(running, r)
 	}
 	h.opts.Logf("virtshard: %d replicas, logs in %s", len(running), ropts.LogDir)
-	if err := h.waitRangesOwned(ctx, running); err != nil {
+	if err := h.waitRangesShared(ctx, running); err != nil {
 		stop()
 		return nil, err
 	}
 	return stop, nil
 }
 
-// waitRangesOwned waits until the replicas own every range between them,
+// waitRangesShared waits until the replicas have shared out the ranges,
 // so that the scenarios start, as KubeVirt's start, with a controller
-// that acts.
-func (h *harness) waitRangesOwned(ctx context.Context, running []*replicas.Replica) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for {
-		owned, total := 0.0, 0.0
-		for _, r := range running {
-			families, err := r.Metrics(ctx)
-			if err != nil {
-				continue
-			}
-			owned += replicas.Sum(families, "virtshard_shard_ranges_active", nil)
-			total = replicas.Sum(families, "virtshard_shard_ranges", nil)
-		}
-		if total > 0 && owned == total {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("virtshard replicas act on %v of %v ranges: %w", owned, total, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
+// that acts, and no range moves in the middle of one.
+func (h *harness) waitRangesShared(ctx context.Context, running []*replicas.Replica) error {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return replicas.Shared(ctx, running), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d virtshard replicas did not share out the ranges: %w", len(running), err)
 	}
+	return nil
 }
 
 func (h *harness) ensureNamespace(ctx context.Context, name string) error {

@@ -168,6 +168,28 @@ func (r *Replica) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, er
 	return endpoint.Metrics(ctx, http.DefaultClient, "http://"+r.Address+"/metrics", r.ID)
 }
 
+// Shared says whether the replicas have shared out the ranges: each has
+// seen the same assignment, is given some ranges by it and acts on all of
+// them. Until then a range may still move (once its new holder's caches
+// synced), and what its objects get may be done twice.
+func Shared(ctx context.Context, running []*Replica) bool {
+	generation := -1.0
+	for _, r := range running {
+		families, err := r.Metrics(ctx)
+		if err != nil {
+			return false
+		}
+		gen := Sum(families, "virtshard_shard_assignment_generation", nil)
+		assigned := Sum(families, "virtshard_shard_ranges_assigned", nil)
+		if gen == 0 || (generation >= 0 && gen != generation) || assigned == 0 ||
+			Sum(families, "virtshard_shard_ranges_active", nil) != assigned {
+			return false
+		}
+		generation = gen
+	}
+	return len(running) > 0
+}
+
 // Sum adds up every series of a counter or gauge family whose labels
 // include match.
 func Sum(families map[string]*dto.MetricFamily, name string, match map[string]string) float64 {

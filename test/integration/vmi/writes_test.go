@@ -36,15 +36,9 @@ func TestWritesPerVMIWhenIdle(t *testing.T) {
 	// Idle: the replicas have shared out the ranges (a range moves to a
 	// replica once its caches synced, a few seconds after it starts).
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, p := range procs {
-			families, err := p.Metrics(ctx)
-			if err != nil || replicas.Sum(families, "virtshard_shard_ranges_active", nil) == 0 {
-				return false, nil
-			}
-		}
-		return true, nil
+		return replicas.Shared(ctx, procs), nil
 	}); err != nil {
-		t.Fatal("the replicas did not all act on ranges within a minute")
+		t.Fatal("the replicas did not share out the ranges within a minute")
 	}
 	for i := range n {
 		e.create(workload.VMI(fmt.Sprintf("idle-%d", i)))
