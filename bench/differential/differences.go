@@ -142,6 +142,14 @@ var Known = []Difference{
 			"which is the cluster's timing, in either run",
 	},
 	{
+		Kind: "Event", Object: "<event:Pod/*/FailedScheduling#[2-9]>", Path: "**", Outcomes: []Outcome{Missing, Extra, Differ},
+		Reason: schedulerRetries,
+	},
+	{
+		Kind: "Event", Object: "<event:Pod/*/FailedScheduling#1>", Path: "series.**", Outcomes: []Outcome{Missing, Extra, Differ},
+		Reason: schedulerRetries,
+	},
+	{
 		// Seen once, in the full run of 8627e03, under KubeVirt; equal in
 		// the runs before.
 		Kind: "Event", Object: "<event:VirtualMachineInstance/manual/Stopped#2>", Path: "**", Outcomes: []Outcome{Missing, Extra},
@@ -184,6 +192,12 @@ var Known = []Difference{
 	// Not built yet: each closes with the issue that builds it. (None
 	// today: the VM's observed generation, the last one, is built.)
 }
+
+// schedulerRetries explains a launcher pod's FailedScheduling events
+// after the first.
+const schedulerRetries = "no controller under test writes it: the scheduler tries an unschedulable pod again when a " +
+	"claim, volume or class anywhere in the cluster changes, and whether such a change came after its first try (a " +
+	"series on its event, or a second one) is the cluster's timing, in either run; the first try's event is compared"
 
 // instancetypeStartRace explains a start revision with or without the
 // instance type's annotations, and what follows from it.
