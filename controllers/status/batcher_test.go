@@ -218,6 +218,30 @@ func TestLazyIntentWaitsWhileBusy(t *testing.T) {
 	}
 }
 
+// Lazy batches waiting for company are no work yet: they alone do not
+// make the batcher busy. Counted, a quiet batcher with BusyDepth of them
+// postponed them for ever (a clean-clone differential run saw VMIs'
+// launcher image and Ready condition left unwritten for minutes).
+func TestLazyBatchesAloneDoNotMakeTheBatcherBusy(t *testing.T) {
+	s := newServer()
+	cfg := s.config(&shardedtest.Fence{})
+	const lazy = 5 * time.Millisecond
+	cfg.LazyWait, cfg.BusyWait, cfg.BusyDepth = lazy, time.Hour, 1
+	b, clock := stopped(cfg)
+	b.EnqueueLazy(0, "ns/v", "uid-v", setPhase(virtv1.Scheduling))
+	if b.Busy() {
+		t.Fatal("busy with one lazy batch waiting, BusyDepth 1")
+	}
+	flushAt(t, b, clock, lazy, "ns/v")
+	if n := s.patchCount(); n != 1 || s.vmi.Status.Phase != virtv1.Scheduling {
+		t.Errorf("%d patches, phase %s; want the lazy intent written after the lazy wait", n, s.vmi.Status.Phase)
+	}
+	b.Enqueue(0, "ns/v", "uid-v", time.Hour, setPhase(virtv1.Scheduled))
+	if !b.Busy() {
+		t.Error("not busy with an urgent batch to write, BusyDepth 1")
+	}
+}
+
 func TestUrgentIntentIsNotPostponedWhileBusy(t *testing.T) {
 	s := newServer()
 	cfg := s.config(&shardedtest.Fence{})
