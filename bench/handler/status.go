@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"hash/fnv"
 	"math"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,7 +51,7 @@ const (
 func defined(vmi *virtv1.VirtualMachineInstance) {
 	s := &vmi.Status
 	s.SelinuxContext = selinuxNone
-	setCondition(s, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue})
+	setCondition(s, migratability(vmi))
 	setCondition(s, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsStorageLiveMigratable, Status: corev1.ConditionTrue})
 	s.MigrationMethod = migrationMethod(vmi)
 	images := map[string]string{}
@@ -226,6 +227,45 @@ func diskTargets(vmi *virtv1.VirtualMachineInstance) map[string]string {
 
 // setCondition sets c in s, keeping the times of a condition of its type
 // and status that is already there.
+// migratability is virt-handler's LiveMigratable condition for the two
+// causes the simulation knows (calculateLiveMigrationCondition): Hyper-V
+// passthrough, and a claim not shared between nodes (no ReadWriteMany or
+// ReadOnlyMany in the VMI's volume status). Everything else migrates.
+func migratability(vmi *virtv1.VirtualMachineInstance) virtv1.VirtualMachineInstanceCondition {
+	notMigratable := func(reason, message string) virtv1.VirtualMachineInstanceCondition {
+		return virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionFalse,
+			Reason: reason, Message: message}
+	}
+	if f := vmi.Spec.Domain.Features; f != nil && f.HypervPassthrough != nil && f.HypervPassthrough.Enabled != nil && *f.HypervPassthrough.Enabled {
+		return notMigratable(virtv1.VirtualMachineInstanceReasonHypervPassthroughNotMigratable, "VMI uses hyperv passthrough")
+	}
+	claims := map[string]*virtv1.PersistentVolumeClaimInfo{}
+	for _, v := range vmi.Status.VolumeStatus {
+		claims[v.Name] = v.PersistentVolumeClaimInfo
+	}
+	for _, v := range vmi.Spec.Volumes {
+		name := ""
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			name = v.PersistentVolumeClaim.ClaimName
+		case v.DataVolume != nil:
+			name = v.DataVolume.Name
+		default:
+			continue
+		}
+		info := claims[v.Name]
+		if info == nil {
+			return notMigratable(virtv1.VirtualMachineInstanceReasonDisksNotMigratable, fmt.Sprintf("cannot migrate VMI: Unable to determine if PVC %v is shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)", name))
+		}
+		if !slices.ContainsFunc(info.AccessModes, func(m corev1.PersistentVolumeAccessMode) bool {
+			return m == corev1.ReadWriteMany || m == corev1.ReadOnlyMany
+		}) {
+			return notMigratable(virtv1.VirtualMachineInstanceReasonDisksNotMigratable, fmt.Sprintf("cannot migrate VMI: PVC %v is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)", name))
+		}
+	}
+	return virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}
+}
+
 func setCondition(s *virtv1.VirtualMachineInstanceStatus, c virtv1.VirtualMachineInstanceCondition) {
 	for i := range s.Conditions {
 		if s.Conditions[i].Type == c.Type {

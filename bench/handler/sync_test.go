@@ -518,3 +518,27 @@ func TestAVMIsMigrationDurationAnnotationSetsHowLongItsDomainTakes(t *testing.T)
 		t.Error("the domain is not detected once the VMI's duration passed")
 	}
 }
+
+// As virt-handler: Hyper-V passthrough and a claim not shared between nodes
+// make a VMI not migratable, with KubeVirt's reasons.
+func TestMigratabilityFollowsVirtHandler(t *testing.T) {
+	shared := &virtv1.VirtualMachineInstance{Spec: virtv1.VirtualMachineInstanceSpec{
+		Volumes: []virtv1.Volume{{Name: "disk", VolumeSource: virtv1.VolumeSource{PersistentVolumeClaim: &virtv1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim"}}}}}},
+		Status: virtv1.VirtualMachineInstanceStatus{VolumeStatus: []virtv1.VolumeStatus{{Name: "disk",
+			PersistentVolumeClaimInfo: &virtv1.PersistentVolumeClaimInfo{ClaimName: "claim", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}}}}}
+	if c := migratability(shared); c.Status != corev1.ConditionTrue {
+		t.Errorf("a VMI on a shared claim: %+v", c)
+	}
+	rwo := shared.DeepCopy()
+	rwo.Status.VolumeStatus[0].PersistentVolumeClaimInfo.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	if c := migratability(rwo); c.Status != corev1.ConditionFalse || c.Reason != virtv1.VirtualMachineInstanceReasonDisksNotMigratable ||
+		c.Message != "cannot migrate VMI: PVC claim is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)" {
+		t.Errorf("a VMI on a ReadWriteOnce claim: %+v", c)
+	}
+	hyperv := shared.DeepCopy()
+	hyperv.Spec.Domain.Features = &virtv1.Features{HypervPassthrough: &virtv1.HyperVPassthrough{Enabled: ptr.To(true)}}
+	if c := migratability(hyperv); c.Status != corev1.ConditionFalse || c.Reason != virtv1.VirtualMachineInstanceReasonHypervPassthroughNotMigratable {
+		t.Errorf("a VMI with Hyper-V passthrough: %+v", c)
+	}
+}
