@@ -8,6 +8,7 @@ import (
 
 	k8sv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -29,6 +30,24 @@ type Config struct {
 	// do these.
 	kubeVirt    string
 	annotations map[string]string
+	// workloads is what the workload updater reads from the current CR,
+	// beside its configuration.
+	workloads Workloads
+}
+
+// Workloads is what KubeVirt's workload updater reads from the KubeVirt CR
+// itself: spec.workloadUpdateStrategy and the CR's deployment state, taken
+// from the current CR even while an older valid configuration is kept.
+type Workloads struct {
+	// Strategy is spec.workloadUpdateStrategy.
+	Strategy virtv1.KubeVirtWorkloadUpdateStrategy
+	// Deployed: virt-operator has deployed the install and is not
+	// updating it (phase Deployed, observedDeploymentID equal to
+	// targetDeploymentID), which KubeVirt's updater waits for.
+	Deployed bool
+	// Outdated is status.outdatedVirtualMachineInstanceWorkloads (nil:
+	// not set).
+	Outdated *int
 }
 
 // DefaultConfig is the configuration of a cluster with no KubeVirt CR.
@@ -125,9 +144,26 @@ func (c *Config) withKubeVirt(kv *virtv1.KubeVirt) *Config {
 	if kv != nil {
 		out.kubeVirt = kv.Namespace + "/" + kv.Name
 		out.annotations = maps.Clone(kv.Annotations)
+		out.workloads = workloadsOf(kv)
+	} else {
+		out.workloads = Workloads{}
 	}
 	return &out
 }
+
+func workloadsOf(kv *virtv1.KubeVirt) Workloads {
+	st := kv.Status
+	w := Workloads{Strategy: *kv.Spec.WorkloadUpdateStrategy.DeepCopy(),
+		Deployed: st.Phase == virtv1.KubeVirtPhaseDeployed && st.ObservedDeploymentID == st.TargetDeploymentID}
+	if n := st.OutdatedVirtualMachineInstanceWorkloads; n != nil {
+		w.Outdated = ptr.To(*n)
+	}
+	return w
+}
+
+// Workloads is the current KubeVirt CR's workload update strategy and
+// deployment state (zero with no CR).
+func (c *Config) Workloads() Workloads { return c.workloads }
 
 // Configuration is the effective configuration (ClusterConfig.GetConfig), for the
 // fields without an accessor (SeccompConfiguration,

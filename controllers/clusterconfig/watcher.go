@@ -228,16 +228,28 @@ func older(a, b *unstructured.Unstructured) bool {
 }
 
 // metaOnly is the part of a CR withKubeVirt reads, taken without converting
-// the CR, which may be what failed.
+// the whole CR, which may be what failed: its metadata, status and workload
+// update strategy (left out if they do not convert either).
 func metaOnly(u *unstructured.Unstructured) *virtv1.KubeVirt {
-	return &virtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{
+	kv := &virtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{
 		Namespace: u.GetNamespace(), Name: u.GetName(), Annotations: u.GetAnnotations(),
 	}}
+	if st, ok, _ := unstructured.NestedMap(u.Object, "status"); ok {
+		_ = k8sruntime.DefaultUnstructuredConverter.FromUnstructured(st, &kv.Status)
+	}
+	if s, ok, _ := unstructured.NestedMap(u.Object, "spec", "workloadUpdateStrategy"); ok {
+		_ = k8sruntime.DefaultUnstructuredConverter.FromUnstructured(s, &kv.Spec.WorkloadUpdateStrategy)
+	}
+	return kv
 }
 
 // sameView reports whether a and b configure the cluster alike: the same
-// effective settings, CR and annotations, whatever the resource version.
+// effective settings, CR, annotations, workload update strategy and
+// deployment state, whatever the resource version. The outdated count in
+// the CR's status is left out: the workload updater writes it.
 func sameView(a, b *Config) bool {
 	return a.kubeVirt == b.kubeVirt && maps.Equal(a.annotations, b.annotations) &&
+		a.workloads.Deployed == b.workloads.Deployed &&
+		equality.Semantic.DeepEqual(a.workloads.Strategy, b.workloads.Strategy) &&
 		equality.Semantic.DeepEqual(a.spec, b.spec)
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -251,3 +252,34 @@ func TestSelectKubeVirtPrefersTheOldestLiveCRWithAPhase(t *testing.T) {
 }
 
 func ptr64(v int64) *int64 { return &v }
+
+// The workload updater follows the CR's strategy and deployment state:
+// their changes call back, even on a CR whose configuration is invalid; the
+// outdated count, which the updater itself writes, does not.
+func TestWatcherFollowsTheWorkloadUpdateStrategyAndDeployment(t *testing.T) {
+	kv := kubeVirt(virtv1.KubeVirtConfiguration{})
+	kv.ResourceVersion = "1"
+	e := startWatcher(t, kv)
+	expect(t, e.watcher.Current().Workloads().Deployed, true)
+
+	counted := kv.DeepCopy()
+	counted.ResourceVersion = "2"
+	counted.Status.OutdatedVirtualMachineInstanceWorkloads = ptr.To(4)
+	before := e.changeCount()
+	e.update(counted)
+	e.eventually("the count is seen", func() bool {
+		n := e.watcher.Current().Workloads().Outdated
+		return n != nil && *n == 4
+	})
+	expect(t, e.changeCount(), before)
+
+	updating := counted.DeepCopy()
+	updating.ResourceVersion = "3"
+	updating.Status.TargetDeploymentID = "next"
+	updating.Spec.WorkloadUpdateStrategy.WorkloadUpdateMethods = []virtv1.WorkloadUpdateMethod{virtv1.WorkloadUpdateMethodEvict}
+	updating.Spec.Configuration.ImagePullPolicy = "invalid"
+	e.update(updating)
+	e.eventually("the update is seen", func() bool { return !e.watcher.Current().Workloads().Deployed })
+	expect(t, e.changeCount(), before+1)
+	expect(t, e.watcher.Current().Workloads().Strategy.WorkloadUpdateMethods[0], virtv1.WorkloadUpdateMethodEvict)
+}
