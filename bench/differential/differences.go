@@ -142,6 +142,20 @@ var Known = []Difference{
 			"which is the cluster's timing, in either run",
 	},
 	{
+		Kind: "Event", Object: "<event:VirtualMachineInstance/*/FailedCreate#[2-9]*>", Path: "**", Outcomes: []Outcome{Missing},
+		Reason:   targetPodNamed,
+		KubeVirt: "pkg/virt-controller/watch/migration/migration.go: createTargetPod (GenerateName, \"Error creating pod: %v\")",
+	},
+	{
+		// The tenth and on: client-go's recorder combines similar events.
+		Kind: "Event", Object: "<event:VirtualMachineInstance/*/FailedCreate#1[0-9]*>", Path: "**", Outcomes: []Outcome{Missing},
+		Reason: targetPodNamed,
+	},
+	{
+		Kind: "Event", Object: "<event:VirtualMachineInstance/*/FailedCreate#1>", Path: "message", Outcomes: []Outcome{Differ},
+		Reason: targetPodNamed + "; KubeVirt's message names a pod never made, virtshard's the target pod made later",
+	},
+	{
 		Kind: "Event", Object: "<event:Pod/*/FailedScheduling#[2-9]>", Path: "**", Outcomes: []Outcome{Missing, Extra, Differ},
 		Reason: schedulerRetries,
 	},
@@ -192,6 +206,12 @@ var Known = []Difference{
 	// Not built yet: each closes with the issue that builds it. (None
 	// today: the VM's observed generation, the last one, is built.)
 }
+
+// targetPodNamed explains the events of a migration's target pod the API
+// server refused again and again.
+const targetPodNamed = "a migration target pod refused (a ResourceQuota) is tried again: KubeVirt generates its name at " +
+	"each try, so each refusal's \"Error creating pod\" names another pod and is an event of its own; virtshard derives " +
+	"the name from the migration, the same at every try (docs/architecture.md), so its refusals are one event, counted"
 
 // schedulerRetries explains a launcher pod's FailedScheduling events
 // after the first.

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
@@ -123,6 +125,9 @@ func (c *Controller) declare() *sharded.Controller {
 			// A raised limit lets waiting migrations go at once, not at
 			// their next poll.
 			sharded.OnConfig(func(*clusterconfig.Config) []item { return c.pendingItems() }),
+			// A quota changed may now let a refused target pod in.
+			sharded.OnInformer(func() cache.SharedIndexInformer { return c.env.Objects.QuotaInformer },
+				sharded.Events[*corev1.ResourceQuota]{Route: c.rejectedByQuotaIn}),
 		},
 		Sync: c.sync,
 	}
@@ -169,6 +174,21 @@ func (c *Controller) pendingItems() []item {
 	var items []item
 	for _, m := range kinds.Migrations.All(c.env.Caches).List() {
 		if m.Status.Phase != virtv1.MigrationPending {
+			continue
+		}
+		if rng, ok := kinds.VMIs.Locate(c.env.Caches, m.Namespace+"/"+m.Spec.VMIName); ok {
+			items = append(items, item{Range: rng, Key: m.Namespace + "/" + m.Name})
+		}
+	}
+	return items
+}
+
+// rejectedByQuotaIn are this replica's migrations in q's namespace whose
+// target pod a quota refused (KubeVirt's updateResourceQuota).
+func (c *Controller) rejectedByQuotaIn(q *corev1.ResourceQuota) []item {
+	var items []item
+	for _, m := range kinds.Migrations.All(c.env.Caches).List() {
+		if m.Namespace != q.Namespace || !slices.ContainsFunc(m.Status.Conditions, rejectedByQuota) {
 			continue
 		}
 		if rng, ok := kinds.VMIs.Locate(c.env.Caches, m.Namespace+"/"+m.Spec.VMIName); ok {

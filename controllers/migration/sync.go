@@ -3,9 +3,12 @@ package migration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,6 +186,11 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			next = virtv1.MigrationPending
 		case virtv1.MigrationPending:
 			if s.pod == nil {
+				if wait := backoff(m, kinds.MigrationsOf(c.env.Caches, m.Namespace+"/"+m.Spec.VMIName), c.env.Clock.Now()); wait > 0 {
+					c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, ReasonBackoff, "backoff migrating vmi %s/%s", vmi.Namespace, vmi.Name)
+					after = wait
+					break
+				}
 				// As KubeVirt's: the VMI is readied for a target pod before
 				// the limits are asked, so a migration waiting for a slot
 				// has already set it.
@@ -203,11 +211,12 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 					break
 				}
 				if s.pod, err = c.createTargetPod(ctx, it, m, vmi, s.source); err != nil {
-					return 0, err
+					return 0, c.targetPodRefused(ctx, it, m, vmi, err)
 				}
 			}
 			next = virtv1.MigrationScheduling
 		case virtv1.MigrationScheduling:
+			m.Status.Conditions = slices.DeleteFunc(m.Status.Conditions, rejectedByQuota)
 			if podReady(s.pod) {
 				next = virtv1.MigrationScheduled
 				break
@@ -267,6 +276,32 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 		return 0, c.finish(ctx, it, s)
 	}
 	return after, c.writeStatus(ctx, it, m)
+}
+
+// targetPodRefused answers the API server's refusal of m's target pod
+// (err) as KubeVirt does: a FailedCreate warning on the VMI; for a refusal
+// by a ResourceQuota, the RejectedByResourceQuota condition on the
+// migration, which stays Pending and is tried again (at once when a quota
+// of its namespace changes). The permit goes back meanwhile: KubeVirt counts
+// a migration with no target pod as pending, not running.
+func (c *Controller) targetPodRefused(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, err error) error {
+	var refused apierrors.APIStatus
+	if !errors.As(err, &refused) {
+		return err // not the API server's answer: the render failed, or the write was fenced
+	}
+	c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, "FailedCreate", "Error creating pod: %v", refused)
+	errs := []error{err, c.rt.Write(ctx, it.Range, func(ctx context.Context) error { return c.permits.Release(ctx, m.UID) })}
+	if strings.Contains(err.Error(), "exceeded quota") && !slices.ContainsFunc(m.Status.Conditions, rejectedByQuota) {
+		m.Status.Conditions = append(m.Status.Conditions, virtv1.VirtualMachineInstanceMigrationCondition{
+			Type: virtv1.VirtualMachineInstanceMigrationRejectedByResourceQuota, Status: corev1.ConditionTrue, LastProbeTime: now(),
+		})
+		errs = append(errs, c.writeStatus(ctx, it, m))
+	}
+	return errors.Join(errs...)
+}
+
+func rejectedByQuota(c virtv1.VirtualMachineInstanceMigrationCondition) bool {
+	return c.Type == virtv1.VirtualMachineInstanceMigrationRejectedByResourceQuota
 }
 
 // requestAbort asks the source node to abort the running migration m,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -574,4 +575,47 @@ func patchesOf(actions []k8stesting.Action, resource string) []string {
 		}
 	}
 	return out
+}
+
+// A target pod a ResourceQuota refuses: as KubeVirt, a FailedCreate warning
+// on the VMI and the RejectedByResourceQuota condition on the migration,
+// which stays Pending and is tried again; its permit goes back meanwhile.
+// Once the pod is made, the condition goes.
+func TestSyncMarksAMigrationWhoseTargetPodAQuotaRefuses(t *testing.T) {
+	m, vmi := inPhase(newMigration(), virtv1.MigrationPending), runningVMI()
+	f := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, m, vmi)
+	refused := apierrors.NewForbidden(corev1.Resource("pods"), "target",
+		errors.New(`exceeded quota: pods, requested: pods=1, used: pods=1, limited: pods=1`))
+	f.Kube.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, refused })
+	if err := f.sync(t, m, vmi); err == nil {
+		t.Fatal("a refused target pod is no error")
+	}
+	st := statusOf(t, f.KubeVirt.Actions())
+	if st.Phase != virtv1.MigrationPending || !slices.ContainsFunc(st.Conditions, rejectedByQuota) {
+		t.Fatalf("status %+v, want Pending with the RejectedByResourceQuota condition", st)
+	}
+	if events := f.events(); !slices.ContainsFunc(events, func(e string) bool {
+		return strings.HasPrefix(e, "Warning FailedCreate Error creating pod: ") && strings.Contains(e, "exceeded quota")
+	}) {
+		t.Errorf("events %q, want KubeVirt's FailedCreate", events)
+	}
+	held, err := f.c.permits.Holds(context.Background(), m.UID)
+	if err != nil || held {
+		t.Errorf("permit held %v (%v) while no target pod could be made", held, err)
+	}
+
+	rejected := m.DeepCopy()
+	rejected.Status = st
+	rejected.Status.Phase = virtv1.MigrationScheduling
+	if got := slices.DeleteFunc(slices.Clone(rejected.Status.Conditions), rejectedByQuota); len(got) == len(rejected.Status.Conditions) {
+		t.Fatal("no condition to take back")
+	}
+	g := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, rejected, vmi)
+	g.addTargetPod(t, rejected, vmi, sourcePod(t, vmi), func(*corev1.Pod) {})
+	if err := g.sync(t, rejected, vmi); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, g.KubeVirt.Actions()); slices.ContainsFunc(st.Conditions, rejectedByQuota) {
+		t.Errorf("conditions %+v once the target pod exists", st.Conditions)
+	}
 }
