@@ -474,12 +474,16 @@ func GeneratedName(obj *unstructured.Unstructured) (string, bool) {
 		}
 		return "virt-launcher-" + owner.Name + "-" + role, true
 	case "VirtualMachineInstanceMigration":
-		// An evacuation's: KubeVirt generates its name, virtshard derives it.
-		if _, evacuation := obj.GetAnnotations()[virtv1.EvacuationMigrationAnnotation]; !evacuation {
-			return "", false
-		}
+		// An evacuation's or a workload update's: KubeVirt generates its
+		// name, virtshard derives it.
 		vmi, _, _ := unstructured.NestedString(obj.Object, "spec", "vmiName")
-		return "evacuation-of-" + vmi, true
+		if _, evacuation := obj.GetAnnotations()[virtv1.EvacuationMigrationAnnotation]; evacuation {
+			return "evacuation-of-" + vmi, true
+		}
+		if _, update := obj.GetAnnotations()[virtv1.WorkloadUpdateMigrationAnnotation]; update {
+			return "workload-update-of-" + vmi, true
+		}
+		return "", false
 	case "Event":
 		kind, _, _ := unstructured.NestedString(obj.Object, "involvedObject", "kind")
 		name, _, _ := unstructured.NestedString(obj.Object, "involvedObject", "name")

@@ -24,6 +24,7 @@ import (
 	"github.com/virtshard/virtshard/bench/handler"
 	"github.com/virtshard/virtshard/bench/kubevirt"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/template"
 )
 
 // Captured are the kinds a checkpoint captures, besides those a scenario
@@ -67,11 +68,18 @@ func (r *Runner) Run(ctx context.Context, s *Scenario, ns string) (_ []Capture, 
 	for i, st := range s.Steps {
 		var err error
 		switch {
-		case st.Configure != nil:
+		case st.Configure != nil || st.WorkloadUpdateStrategy != nil:
+			field, fragment := "configuration", st.Configure
+			if st.WorkloadUpdateStrategy != nil {
+				field, fragment = "workloadUpdateStrategy", st.WorkloadUpdateStrategy
+			}
 			var undo func(context.Context) error
-			undo, err = r.configure(ctx, st.Configure)
+			undo, err = r.configure(ctx, field, fragment)
 			if restore == nil {
-				restore = undo // the configuration the scenario began with
+				restore = undo // the CR's spec the scenario began with
+			} else if undo != nil {
+				prev := restore
+				restore = func(ctx context.Context) error { return errors.Join(undo(ctx), prev(ctx)) }
 			}
 		case st.Create != nil:
 			var gvr schema.GroupVersionResource
@@ -219,33 +227,18 @@ func (r *Runner) node(ctx context.Context, ns string, n *NodeStep) error {
 		_, err := r.Dynamic.Resource(vmis).Namespace(ns).Patch(ctx, n.VMI, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	case NodeDeleteLauncherPod:
-		vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, n.VMI, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		list, err := r.Dynamic.Resource(pods).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.GetUID())})
-		if err != nil {
-			return err
-		}
-		if len(list.Items) == 0 {
-			return fmt.Errorf("VMI %s has no launcher pod to delete", n.VMI)
-		}
-		for _, p := range list.Items {
+		return r.eachLauncherPod(ctx, ns, n, func(p *unstructured.Unstructured) error {
 			if err := r.Dynamic.Resource(pods).Namespace(ns).Delete(ctx, p.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
-		}
-		return nil
+			return nil
+		})
 	case NodeEvict:
 		// As the admitter's markVMI: a JSON patch of the VMI, which has no
 		// status subresource.
-		vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, n.VMI, metav1.GetOptions{})
+		node, err := r.nodeOf(ctx, ns, n.VMI)
 		if err != nil {
 			return err
-		}
-		node, _, err := unstructured.NestedString(vmi.Object, "status", "nodeName")
-		if err != nil || node == "" {
-			return fmt.Errorf("VMI %s is on no node to be evicted from (%v)", n.VMI, err)
 		}
 		patch := fmt.Sprintf(`[{"op":"add","path":"/status/evacuationNodeName","value":%q}]`, node)
 		_, err = r.Dynamic.Resource(vmis).Namespace(ns).Patch(ctx, n.VMI, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
@@ -253,31 +246,16 @@ func (r *Runner) node(ctx context.Context, ns string, n *NodeStep) error {
 	case NodeStop:
 		return r.stopNode(ctx, n.Node)
 	case NodeStaleHeartbeat:
-		vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, n.VMI, metav1.GetOptions{})
+		node, err := r.nodeOf(ctx, ns, n.VMI)
 		if err != nil {
 			return err
-		}
-		node, _, err := unstructured.NestedString(vmi.Object, "status", "nodeName")
-		if err != nil || node == "" {
-			return fmt.Errorf("VMI %s is on no node (%v)", n.VMI, err)
 		}
 		if err := r.stopNode(ctx, node); err != nil {
 			return err
 		}
 		return r.staleHeartbeat(ctx, node)
 	case NodeHangLauncherPod:
-		vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, n.VMI, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		list, err := r.Dynamic.Resource(pods).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.GetUID())})
-		if err != nil {
-			return err
-		}
-		if len(list.Items) == 0 {
-			return fmt.Errorf("VMI %s has no launcher pod to hang", n.VMI)
-		}
-		for _, p := range list.Items {
+		return r.eachLauncherPod(ctx, ns, n, func(p *unstructured.Unstructured) error {
 			containers, _, _ := unstructured.NestedSlice(p.Object, "spec", "containers")
 			var statuses []any
 			for _, c := range containers {
@@ -290,13 +268,52 @@ func (r *Runner) node(ctx context.Context, ns string, n *NodeStep) error {
 			if err != nil {
 				return err
 			}
-			if _, err := r.Dynamic.Resource(pods).Namespace(ns).Patch(ctx, p.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-				return err
-			}
-		}
-		return nil
+			_, err = r.Dynamic.Resource(pods).Namespace(ns).Patch(ctx, p.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+			return err
+		})
+	case NodeOutdateLauncher:
+		return r.eachLauncherPod(ctx, ns, n, func(p *unstructured.Unstructured) error {
+			patch := fmt.Sprintf(`{"spec":{"containers":[{"name":%q,"image":%q}]}}`, template.ComputeContainer, PreviousLauncherImage)
+			_, err := r.Dynamic.Resource(pods).Namespace(ns).Patch(ctx, p.GetName(), types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+			return err
+		})
 	}
 	return fmt.Errorf("node action %q", n.Action)
+}
+
+// eachLauncherPod runs do on each launcher pod of the step's VMI; a VMI
+// with none is an error.
+func (r *Runner) eachLauncherPod(ctx context.Context, ns string, n *NodeStep, do func(*unstructured.Unstructured) error) error {
+	vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, n.VMI, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	list, err := r.Dynamic.Resource(pods).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.CreatedByLabel + "=" + string(vmi.GetUID())})
+	if err != nil {
+		return err
+	}
+	if len(list.Items) == 0 {
+		return fmt.Errorf("VMI %s has no launcher pod to %s", n.VMI, n.Action)
+	}
+	for i := range list.Items {
+		if err := do(&list.Items[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeOf is the node the VMI runs on.
+func (r *Runner) nodeOf(ctx context.Context, ns, name string) (string, error) {
+	vmi, err := r.Dynamic.Resource(vmis).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	node, _, err := unstructured.NestedString(vmi.Object, "status", "nodeName")
+	if err != nil || node == "" {
+		return "", fmt.Errorf("VMI %s is on no node (%v)", name, err)
+	}
+	return node, nil
 }
 
 // stopNode stops the node's kubelet and simulated virt-handler (the
@@ -502,44 +519,44 @@ const configSettle = 2 * time.Second
 
 // configure merges fragment into the KubeVirt CR's spec.configuration and
 // returns what puts the configuration back as it was.
-func (r *Runner) configure(ctx context.Context, fragment map[string]any) (restore func(context.Context) error, err error) {
+func (r *Runner) configure(ctx context.Context, field string, fragment map[string]any) (restore func(context.Context) error, err error) {
 	crs := r.Dynamic.Resource(clusterconfig.KubeVirtResource).Namespace(kubevirt.Namespace)
 	cr, err := crs.Get(ctx, kubevirt.CRName, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("get the KubeVirt CR: %w", err)
 	}
-	before, _, err := unstructured.NestedFieldCopy(cr.Object, "spec", "configuration")
+	before, _, err := unstructured.NestedFieldCopy(cr.Object, "spec", field)
 	if err != nil {
-		return nil, fmt.Errorf("read the KubeVirt CR's configuration: %w", err)
+		return nil, fmt.Errorf("read the KubeVirt CR's %s: %w", field, err)
 	}
-	data, err := json.Marshal(map[string]any{"spec": map[string]any{"configuration": fragment}})
+	data, err := json.Marshal(map[string]any{"spec": map[string]any{field: fragment}})
 	if err != nil {
 		return nil, err
 	}
 	if _, err := crs.Patch(ctx, kubevirt.CRName, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
-		return nil, fmt.Errorf("configure the KubeVirt CR: %w", err)
+		return nil, fmt.Errorf("set the KubeVirt CR's %s: %w", field, err)
 	}
 	if err := sleep(ctx, configSettle); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		// The whole configuration back, by an update: a merge patch
-		// cannot take back a field the fragment added inside another.
+		// The whole field back, by an update: a merge patch cannot take
+		// back a field the fragment added inside another.
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			cr, err := crs.Get(ctx, kubevirt.CRName, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			if before == nil {
-				unstructured.RemoveNestedField(cr.Object, "spec", "configuration")
-			} else if err := unstructured.SetNestedField(cr.Object, before, "spec", "configuration"); err != nil {
+				unstructured.RemoveNestedField(cr.Object, "spec", field)
+			} else if err := unstructured.SetNestedField(cr.Object, before, "spec", field); err != nil {
 				return err
 			}
 			_, err = crs.Update(ctx, cr, metav1.UpdateOptions{})
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("restore the KubeVirt CR's configuration: %w", err)
+			return fmt.Errorf("restore the KubeVirt CR's %s: %w", field, err)
 		}
 		return sleep(ctx, configSettle)
 	}, nil

@@ -51,6 +51,10 @@ type Step struct {
 	// configuration is put back as the scenario ends. The CR is the
 	// cluster's, so the scenario must be exclusive.
 	Configure map[string]any `json:"configure,omitempty"`
+	// WorkloadUpdateStrategy merges a fragment into the KubeVirt CR's
+	// spec.workloadUpdateStrategy, put back as the scenario ends, as
+	// Configure does.
+	WorkloadUpdateStrategy map[string]any `json:"workloadUpdateStrategy,omitempty"`
 }
 
 // Ref names an object of the scenario.
@@ -92,9 +96,17 @@ const (
 	// reports terminated while the pod stays Running, as a launcher hangs
 	// in termination with no virt-handler to unmount its disks.
 	NodeHangLauncherPod = "hang-launcher-pod"
+	// NodeOutdateLauncher: the VMI's launcher pods run the previous
+	// release's launcher (PreviousLauncherImage), as after an upgrade of
+	// virt-controller: their compute container's image is changed to it.
+	NodeOutdateLauncher = "outdate-launcher"
 )
 
-var nodeActions = []string{NodeFail, NodeSucceed, NodeDeleteLauncherPod, NodeStop, NodeEvict, NodeStaleHeartbeat, NodeHangLauncherPod}
+// PreviousLauncherImage is the launcher image of NodeOutdateLauncher: not
+// the one either controller renders.
+const PreviousLauncherImage = "quay.io/kubevirt/virt-launcher:v1.8.0"
+
+var nodeActions = []string{NodeFail, NodeSucceed, NodeDeleteLauncherPod, NodeStop, NodeEvict, NodeStaleHeartbeat, NodeHangLauncherPod, NodeOutdateLauncher}
 
 // NodeStep is an action of the node side: on a VMI, or on a node (NodeStop).
 type NodeStep struct {
@@ -218,7 +230,7 @@ func (s *Scenario) Validate() error {
 		if st.Node != nil && st.Node.Action == NodeStaleHeartbeat && !s.Exclusive {
 			errs = append(errs, fmt.Errorf("step %d: a scenario that stops a node's heartbeat must be exclusive: other scenarios' VMIs share the node", i+1))
 		}
-		if st.Configure != nil && !s.Exclusive {
+		if (st.Configure != nil || st.WorkloadUpdateStrategy != nil) && !s.Exclusive {
 			errs = append(errs, fmt.Errorf("step %d: a scenario that configures must be exclusive: the KubeVirt CR is the cluster's", i+1))
 		}
 		if err := st.validate(); err != nil {
@@ -239,7 +251,7 @@ func (s *Scenario) Validate() error {
 
 func (st Step) validate() error {
 	set := 0
-	for _, isSet := range []bool{st.Create != nil, st.Patch != nil, st.Delete != nil, st.Node != nil, st.Request != nil, st.Wait != nil, st.Checkpoint != "", st.Configure != nil} {
+	for _, isSet := range []bool{st.Create != nil, st.Patch != nil, st.Delete != nil, st.Node != nil, st.Request != nil, st.Wait != nil, st.Checkpoint != "", st.Configure != nil, st.WorkloadUpdateStrategy != nil} {
 		if isSet {
 			set++
 		}

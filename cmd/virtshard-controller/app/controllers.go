@@ -9,6 +9,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/vm"
 	"github.com/virtshard/virtshard/controllers/vmi"
+	"github.com/virtshard/virtshard/controllers/workloadupdate"
 )
 
 // declarations are the replica's controllers, in the order they learn of
@@ -25,5 +26,6 @@ func (o *Options) declarations() []sharded.Declaration {
 		disruptionbudget.Declare(),
 		replicaset.Declare(),
 		pool.Declare(),
+		workloadupdate.Declare(workloadupdate.Options{MigrationLimits: o.Migration.Limits}),
 	}
 }

@@ -167,7 +167,9 @@ func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
 		// As the API server, a create stamps the creation time (a target
 		// pod's timeouts count from it).
 		f.Kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).CreationTimestamp = metav1.Now()
+			if pod, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); ok { // not an eviction
+				pod.CreationTimestamp = metav1.Now()
+			}
 			return false, nil, nil
 		})
 		f.Dynamic = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),

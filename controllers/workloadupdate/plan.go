@@ -1,0 +1,184 @@
+package workloadupdate
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/caches"
+)
+
+// held is a VMI of a held range, with the range's caches.
+type held = caches.Found[*virtv1.VirtualMachineInstance]
+
+// plan is what one look at a replica's VMIs finds, sorted as KubeVirt's
+// getUpdateData sorts the cluster's.
+type plan struct {
+	// outdated counts, by range, the running VMIs on an outdated launcher
+	// or with a change that needs a migration, acted on or not.
+	outdated map[int]int
+	// migrate, evict and abort are the VMIs to act on: migrate (live
+	// migration allowed and the VMI can), evict (otherwise, when eviction
+	// is allowed), and abort (their change was reverted: the workload
+	// update migrations are deleted).
+	migrate, evict, abort []held
+}
+
+// judge is what a VMI's sorting depends on besides the VMI.
+type judge struct {
+	// image is the launcher image the controller renders now.
+	image string
+	// migrateAllowed and evictAllowed are the strategy's methods.
+	migrateAllowed, evictAllowed bool
+	// unfinished: the VMI (namespace/name) has a migration not final.
+	unfinished func(vmiKey string) bool
+	// updateMigrations: the VMI's workload update migrations not final.
+	updateMigrations func(vmiKey string) int
+	now              time.Time
+}
+
+// add sorts one VMI into p.
+func (j judge) add(p *plan, h held) {
+	vmi := h.Object
+	switch {
+	case vmi.Status.Phase != virtv1.Running || vmi.IsFinal() || vmi.DeletionTimestamp != nil:
+		return
+	case j.abortChange(vmi) && !j.outdatedImage(vmi):
+		p.abort = append(p.abort, h)
+		return
+	case !j.outdatedImage(vmi) && !j.changeNeedsMigration(vmi):
+		return
+	}
+	p.outdated[h.Range.Index]++
+	// Counted, but acted on only when no migration is under way.
+	key := vmi.Namespace + "/" + vmi.Name
+	if migrating(vmi, j.now) || j.unfinished(key) {
+		return
+	}
+	switch {
+	case j.migrateAllowed && (migratable(vmi) || volumesMigrate(vmi)):
+		p.migrate = append(p.migrate, h)
+	case j.evictAllowed:
+		p.evict = append(p.evict, h)
+	}
+}
+
+// outdatedImage: the VMI's launcher (status.launcherContainerImageVersion,
+// which the VMI controller sets once the pod runs) is not the image the
+// controller renders now.
+func (j judge) outdatedImage(vmi *virtv1.VirtualMachineInstance) bool {
+	v := vmi.Status.LauncherContainerImageVersion
+	return !vmi.IsFinal() && v != "" && v != j.image
+}
+
+// changeNeedsMigration: a hotplug or volume change waits for a migration
+// (the VM controller's conditions), and it was not called off.
+func (j judge) changeNeedsMigration(vmi *virtv1.VirtualMachineInstance) bool {
+	if vmi.IsFinal() || migrating(vmi, j.now) {
+		return false
+	}
+	if _, ok := vmi.Annotations[virtv1.WorkloadUpdateMigrationAbortionAnnotation]; ok {
+		return false
+	}
+	return hotplugPending(vmi) || volumesChangePending(vmi)
+}
+
+// abortChange: the VMI's workload update migration is to be deleted: its
+// change was called off (the abortion annotation), or is gone and the
+// migration has not yet reached the point where the target domain is
+// ready.
+func (j judge) abortChange(vmi *virtv1.VirtualMachineInstance) bool {
+	n := j.updateMigrations(vmi.Namespace + "/" + vmi.Name)
+	if _, ok := vmi.Annotations[virtv1.WorkloadUpdateMigrationAbortionAnnotation]; ok {
+		return n > 0
+	}
+	if hotplugPending(vmi) || volumesChangePending(vmi) {
+		return false
+	}
+	if m := vmi.Status.MigrationState; m != nil && m.TargetNodeDomainReadyTimestamp != nil {
+		return false
+	}
+	return n > 0
+}
+
+// hotplugPending: a CPU change (the condition, whatever its status), a
+// memory change or another change that needs a migration waits.
+func hotplugPending(vmi *virtv1.VirtualMachineInstance) bool {
+	return hasCondition(vmi, virtv1.VirtualMachineInstanceVCPUChange, "") ||
+		hasCondition(vmi, virtv1.VirtualMachineInstanceMemoryChange, corev1.ConditionTrue) ||
+		hasCondition(vmi, virtv1.VirtualMachineInstanceMigrationRequired, corev1.ConditionTrue)
+}
+
+func volumesChangePending(vmi *virtv1.VirtualMachineInstance) bool {
+	return hasCondition(vmi, virtv1.VirtualMachineInstanceVolumesChange, corev1.ConditionTrue)
+}
+
+// hasCondition: the VMI has condition t, with status (any when "").
+func hasCondition(vmi *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType, status corev1.ConditionStatus) bool {
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == t {
+			return status == "" || c.Status == status
+		}
+	}
+	return false
+}
+
+// migratable: the node agent says the VMI can live-migrate.
+func migratable(vmi *virtv1.VirtualMachineInstance) bool {
+	return hasCondition(vmi, virtv1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
+}
+
+// migrating: the VMI's migration state says one started and has not
+// ended.
+func migrating(vmi *virtv1.VirtualMachineInstance, now time.Time) bool {
+	m := vmi.Status.MigrationState
+	if m == nil || m.StartTimestamp == nil || m.StartTimestamp.After(now) {
+		return false
+	}
+	return m.EndTimestamp == nil || m.EndTimestamp.After(now)
+}
+
+// volumesMigrate: the VMI has volumes to migrate, and a migration of them
+// would take every read-write-once claim along (KubeVirt's
+// ValidateVolumesUpdateMigration with no VM): the storage can migrate,
+// and no such claim of the VMI is left out. KubeVirt exempts the VM state
+// volume by comparing volume names with that volume's claim name, which
+// exempts a volume named as the claim; so does this.
+func volumesMigrate(vmi *virtv1.VirtualMachineInstance) bool {
+	moved := vmi.Status.MigratedVolumes
+	if len(moved) == 0 || hasCondition(vmi, virtv1.VirtualMachineInstanceIsStorageLiveMigratable, corev1.ConditionFalse) {
+		return false
+	}
+	taken := map[string]bool{}
+	for _, v := range moved {
+		taken[v.VolumeName] = true
+	}
+	stateClaim := ""
+	for _, v := range vmi.Status.VolumeStatus {
+		if strings.Contains(v.Name, "persistent-state-for-"+vmi.Name) && v.PersistentVolumeClaimInfo != nil {
+			stateClaim = v.PersistentVolumeClaimInfo.ClaimName
+			break
+		}
+	}
+	for _, v := range vmi.Status.VolumeStatus {
+		if v.PersistentVolumeClaimInfo == nil || v.Name == stateClaim || taken[v.Name] {
+			continue
+		}
+		if readWriteOnce(v.PersistentVolumeClaimInfo.AccessModes) {
+			return false
+		}
+	}
+	return true
+}
+
+// readWriteOnce: no mode lets several nodes mount the claim.
+func readWriteOnce(modes []corev1.PersistentVolumeAccessMode) bool {
+	for _, m := range modes {
+		if m == corev1.ReadOnlyMany || m == corev1.ReadWriteMany {
+			return false
+		}
+	}
+	return true
+}
