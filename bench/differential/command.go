@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/virtshard/virtshard/bench/cluster"
@@ -19,6 +20,8 @@ type Command struct {
 	Controller string
 	Replicas   int
 	Parallel   int
+	// ReplicaArgs are extra flags of every replica, space-separated.
+	ReplicaArgs string
 	// Report, when set, also receives the report.
 	Report string
 	// Dump, when set, receives each checkpoint's normalized objects.
@@ -36,6 +39,7 @@ func (c *Command) Parse(args []string) error {
 	fs.StringVar(&c.Controller, "controller", "bin/virtshard-controller", "virtshard-controller binary")
 	fs.IntVar(&c.Replicas, "replicas", 3, "virtshard replicas")
 	fs.IntVar(&c.Parallel, "parallel", 8, "scenarios run at once under one controller")
+	fs.StringVar(&c.ReplicaArgs, "replica-args", "", "extra flags of every virtshard replica, space-separated (\"-v=4\")")
 	fs.StringVar(&c.Report, "report", "", "also write the report to this file")
 	fs.StringVar(&c.Dump, "dump", "", "write each checkpoint's normalized objects under both controllers to this directory (<scenario>/<checkpoint>.<controller>.yaml)")
 	if err := fs.Parse(args); err != nil {
@@ -78,7 +82,7 @@ func (c *Command) Run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	begin := time.Now()
-	results, err := Run(ctx, scenarios, Options{Cluster: copts, Controller: binary, Replicas: c.Replicas, Parallel: c.Parallel,
+	results, err := Run(ctx, scenarios, Options{Cluster: copts, Controller: binary, Replicas: c.Replicas, ReplicaArgs: strings.Fields(c.ReplicaArgs), Parallel: c.Parallel,
 		Logf: func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }})
 	if err != nil {
 		return err

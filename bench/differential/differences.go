@@ -196,6 +196,13 @@ var Known = []Difference{
 		KubeVirt: "pkg/virt-controller/watch/migration/migration.go: handleTargetPodHandoff",
 	},
 	{
+		Kind: "Event", Object: "<event:VirtualMachineInstanceMigration/*/FailedAbortMigration#*>", Path: "**", Outcomes: []Outcome{Missing, Extra},
+		Reason: "either controller's abort request patches the VMI's migration state at the version it read, and fails, " +
+			"records FailedAbortMigration and retries when the VMI was written in between (by the node side or its own VMI " +
+			"controller); whether a write comes in between is the two processes' timing (seen once under KubeVirt, in a subset run)",
+		KubeVirt: "pkg/virt-controller/watch/migration/migration.go: markMigrationAbortInVmiStatus",
+	},
+	{
 		Kind: "Event", Object: "<event:VirtualMachineInstanceMigration/*/FailedMigration#2>", Path: "**", Outcomes: []Outcome{Missing},
 		Reason: "a migration fails once; KubeVirt reports it again (\"Migration failed because target pod shutdown during " +
 			"migration\") when the target's launcher exits before its own Failed write is back in its cache, and its " +

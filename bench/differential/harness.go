@@ -46,6 +46,9 @@ type Options struct {
 	Controller string
 	// Replicas is how many virtshard replicas run; 3 when zero.
 	Replicas int
+	// ReplicaArgs are extra flags of every replica (-v=4 to see why one
+	// did not act).
+	ReplicaArgs []string
 	// Parallel is how many scenarios run at once under one controller; 8
 	// when zero.
 	Parallel int
@@ -312,7 +315,7 @@ func (h *harness) startVirtshard(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	ropts := replicas.Options{Binary: h.opts.Controller, Kubeconfig: h.kubeconfig,
-		Namespace: leaseNamespace, LogDir: h.opts.LogDir}
+		Namespace: leaseNamespace, LogDir: h.opts.LogDir, Args: h.opts.ReplicaArgs}
 	var running []*replicas.Replica
 	stop := func() {
 		var wg sync.WaitGroup
