@@ -404,7 +404,14 @@ func TestDataVolumesAsKubeVirtReadsThem(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the temporary pod was not deleted within a minute of the import's start: %v", podNames(e.launcherPods(createdLazy)))
 	}
-	if ev := e.events(createdLazy, "SuccessfulDelete"); len(ev) != 1 || ev[0].Message != "Deleted WaitForFirstConsumer temporary pod "+temps[0].Name {
+	// The recorder writes events on its own goroutine: the deletion's may
+	// come a moment after the pod is gone.
+	var ev []corev1.Event
+	_ = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		ev = e.events(createdLazy, "SuccessfulDelete")
+		return len(ev) > 0, nil
+	})
+	if len(ev) != 1 || ev[0].Message != "Deleted WaitForFirstConsumer temporary pod "+temps[0].Name {
 		t.Errorf("SuccessfulDelete events %v, want one for the temporary pod", ev)
 	}
 	e.releaseDataVolume(dyn, "lazy")
