@@ -55,13 +55,12 @@ type Config[T runtime.Object] struct {
 	// so that status follows reality closely; BusyWait while it is busy,
 	// so that it rides along with the next intent instead of costing a
 	// patch of its own. A batch of lazy intents only that comes due while
-	// busy waits another round.
+	// busy waits another round, until BusyWait after its first intent:
+	// lazy batches count toward busy, and unbounded they kept a quiet
+	// batcher busy on its own postponed batches for ever.
 	LazyWait, BusyWait time.Duration
-	// BusyDepth: the batcher is busy while the objects it has to write
-	// now (due, or waited for) and the Backlog count at least this many;
-	// 0 means never. Lazy batches waiting for company do not count: they
-	// are no work yet, and counting them would keep a quiet batcher busy
-	// on its own postponed batches, postponing them for ever.
+	// BusyDepth: the batcher is busy while its pending objects and the
+	// Backlog count at least this many; 0 means never.
 	BusyDepth int
 	// Backlog, when set, counts the controller's objects waiting for a
 	// sync: a burst fills that queue first.
@@ -77,8 +76,6 @@ type Batcher[T runtime.Object] struct {
 
 	mu      sync.Mutex
 	pending map[string]*batch[T]
-	// urgent counts the batches in pending that are not lazy.
-	urgent int
 }
 
 type batch[T runtime.Object] struct {
@@ -89,6 +86,9 @@ type batch[T runtime.Object] struct {
 	uid       types.UID
 	mutations []Mutation[T]
 	due       time.Time
+	// since is the first intent's time: a lazy batch is not postponed
+	// past BusyWait after it.
+	since time.Time
 	// lazy holds while every intent came through EnqueueLazy; wait is the
 	// last lazy wait, by which a busy batcher postpones the batch.
 	lazy bool
@@ -130,8 +130,8 @@ func (b *Batcher[T]) EnqueueLazy(rng int, key string, uid types.UID, m Mutation[
 	b.enqueue(rng, key, uid, wait, m, true)
 }
 
-// Busy reports a burst: the objects the batcher has to write now and the
-// controller's Backlog together reach Config.BusyDepth.
+// Busy reports a burst: the batcher's pending objects and the controller's
+// Backlog together reach Config.BusyDepth.
 func (b *Batcher[T]) Busy() bool {
 	if b.cfg.BusyDepth <= 0 {
 		return false
@@ -140,29 +140,18 @@ func (b *Batcher[T]) Busy() bool {
 	if b.cfg.Backlog != nil {
 		backlog = b.cfg.Backlog()
 	}
-	return b.owed()+backlog >= b.cfg.BusyDepth
-}
-
-// owed is the number of objects with a batch that is not lazy (an urgent
-// intent is due within milliseconds). A lazy batch that came due is
-// written at once, or postponed: it is not counted either.
-func (b *Batcher[T]) owed() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.urgent
+	return b.Depth()+backlog >= b.cfg.BusyDepth
 }
 
 func (b *Batcher[T]) enqueue(rng int, key string, uid types.UID, wait time.Duration, m Mutation[T], lazy bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	due := b.cfg.Clock.Now().Add(wait)
+	now := b.cfg.Clock.Now()
+	due := now.Add(wait)
 	p := b.pending[key]
 	switch {
 	case p == nil || p.uid != uid:
-		if p != nil && !p.lazy {
-			b.urgent-- // the intents of an object gone by that name die with it
-		}
-		p = &batch[T]{rng: rng, uid: uid, due: due, lazy: true}
+		p = &batch[T]{rng: rng, uid: uid, due: due, since: now, lazy: true}
 		b.pending[key] = p
 		b.queue.AddAfter(key, wait)
 	case due.Before(p.due):
@@ -170,14 +159,18 @@ func (b *Batcher[T]) enqueue(rng int, key string, uid types.UID, wait time.Durat
 		b.queue.AddAfter(key, wait)
 	}
 	// Otherwise an earlier flush is already scheduled.
-	if p.lazy && !lazy {
-		p.lazy = false
-		b.urgent++
-	}
+	p.lazy = p.lazy && lazy
 	if lazy {
 		p.wait = wait
 	}
 	p.mutations = append(p.mutations, m)
+}
+
+// Depth is the number of objects with intents not yet written.
+func (b *Batcher[T]) Depth() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
 }
 
 // Await is Pending for a reconcile that holds back until the batch is
@@ -209,7 +202,7 @@ func (b *Batcher[T]) DropRange(rng int) {
 	defer b.mu.Unlock()
 	for key, p := range b.pending {
 		if p.rng == rng {
-			b.forget(key, p)
+			delete(b.pending, key)
 		}
 	}
 }
@@ -252,7 +245,13 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 	p := b.pending[key]
 	now := b.cfg.Clock.Now()
 	if p != nil && busy && p.lazy && !p.due.IsZero() && !now.Before(p.due) {
-		p.due = now.Add(p.wait) // a retry (zero due) is never postponed
+		// A retry (zero due) is never postponed, nor a batch BusyWait old.
+		if limit := p.since.Add(b.cfg.BusyWait); now.Before(limit) {
+			p.due = now.Add(p.wait)
+			if limit.Before(p.due) {
+				p.due = limit
+			}
+		}
 	}
 	if p != nil && now.Before(p.due) {
 		due := p.due
@@ -262,9 +261,7 @@ func (b *Batcher[T]) flush(ctx context.Context, key string) error {
 		b.queue.AddAfter(key, due.Sub(now))
 		return nil
 	}
-	if p != nil {
-		b.forget(key, p)
-	}
+	delete(b.pending, key)
 	b.mu.Unlock()
 	if p == nil || !b.cfg.Writer.Holds(p.rng) {
 		return nil
@@ -356,17 +353,6 @@ func (b *Batcher[T]) requeue(key string, p *batch[T]) {
 	}
 	p.due = time.Time{}
 	b.pending[key] = p
-	if !p.lazy {
-		b.urgent++
-	}
-}
-
-// forget drops key's batch p from pending; b.mu is held.
-func (b *Batcher[T]) forget(key string, p *batch[T]) {
-	delete(b.pending, key)
-	if !p.lazy {
-		b.urgent--
-	}
 }
 
 // mergePatch applies mutations to a copy of obj and returns the JSON merge
