@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -424,13 +425,18 @@ func (h *harness) release(ctx context.Context, ns string) error {
 	return nil
 }
 
-// restoreNodes starts again every node a scenario stopped.
+// restoreNodes starts again every node a scenario stopped, and waits until
+// each is Ready, untainted by the node lifecycle controller and
+// schedulable for VMIs again: a node still NotReady when the next side's
+// scenarios start has its pods evicted by kube-controller-manager
+// (TaintManagerEviction events no controller wrote).
 func (h *harness) restoreNodes(ctx context.Context) error {
 	list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, handler.StoppedAnnotation)
+	var restarted []string
 	for _, n := range list.Items {
 		if _, stopped := n.Annotations[handler.StoppedAnnotation]; !stopped {
 			continue
@@ -438,8 +444,37 @@ func (h *harness) restoreNodes(ctx context.Context) error {
 		if _, err := h.kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("start node %s again: %w", n.Name, err)
 		}
+		restarted = append(restarted, n.Name)
+	}
+	for _, name := range restarted {
+		last := "not read"
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			n, err := h.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			last = fmt.Sprintf("taints %v, labels %v", n.Spec.Taints, n.Labels)
+			return nodeBack(n), nil
+		})
+		if err != nil {
+			return fmt.Errorf("node %s not back within 3 minutes of its restart (%s)", name, last)
+		}
 	}
 	return nil
+}
+
+// nodeBack: the node is Ready, carries none of the taints the node
+// lifecycle controller puts on a node it lost, and virt-handler's
+// heartbeat has made it schedulable for VMIs again.
+func nodeBack(n *corev1.Node) bool {
+	ready := slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+	})
+	tainted := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable
+	})
+	return ready && !tainted && n.Labels[virtv1.NodeSchedulable] != "false"
 }
 
 // compareRuns compares the checkpoints both runs of s reached.

@@ -152,6 +152,11 @@ func PodsOf(r *caches.Range, vmi *virtv1.VirtualMachineInstance) []*corev1.Pod {
 	return pods
 }
 
+// PodFinished reports whether pod ran to its end (Succeeded or Failed).
+func PodFinished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
 // MigrationsOf returns the cached migrations of the VMI namespace/name.
 func MigrationsOf(c *caches.Ranges, vmiKey string) []*virtv1.VirtualMachineInstanceMigration {
 	ms, _ := Migrations.All(c).ByIndex(ByVMIName, vmiKey)

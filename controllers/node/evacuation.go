@@ -4,18 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/kinds"
+	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // Evacuation, as KubeVirt v1.8.1's evacuation controller
@@ -63,21 +62,11 @@ func markedToLeave(node string, vmis []held) []held {
 	now := time.Now()
 	for _, h := range vmis {
 		s := h.Object.Status
-		if s.EvacuationNodeName != "" && s.EvacuationNodeName == node && !migrating(h.Object, now) {
+		if s.EvacuationNodeName != "" && s.EvacuationNodeName == node && !vmistatus.Migrating(h.Object, now) {
 			out = append(out, h)
 		}
 	}
 	return out
-}
-
-// migrating: the VMI's migration state says one started and has not
-// ended.
-func migrating(vmi *virtv1.VirtualMachineInstance, now time.Time) bool {
-	m := vmi.Status.MigrationState
-	if m == nil || m.StartTimestamp == nil || m.StartTimestamp.After(now) {
-		return false
-	}
-	return m.EndTimestamp == nil || m.EndTimestamp.After(now)
 }
 
 // evacuate creates the node's evacuation migrations and returns when to
@@ -131,7 +120,7 @@ func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (
 		if !c.rt.Holds(h.Range.Index) || vmi.IsFinal() || vmi.DeletionTimestamp != nil || !migratesOnEviction(cfg, vmi) {
 			continue
 		}
-		if !migratableNow(vmi) {
+		if !vmistatus.Migratable(vmi) {
 			cannot = append(cannot, h)
 			continue
 		}
@@ -154,17 +143,7 @@ func migratesOnEviction(cfg *clusterconfig.Config, vmi *virtv1.VirtualMachineIns
 	case virtv1.EvictionStrategyLiveMigrate:
 		return true
 	case virtv1.EvictionStrategyLiveMigrateIfPossible:
-		return migratableNow(vmi)
-	}
-	return false
-}
-
-// migratableNow: the node agent says the VMI can live-migrate.
-func migratableNow(vmi *virtv1.VirtualMachineInstance) bool {
-	for _, cond := range vmi.Status.Conditions {
-		if cond.Type == virtv1.VirtualMachineInstanceIsMigratable {
-			return cond.Status == corev1.ConditionTrue
-		}
+		return vmistatus.Migratable(vmi)
 	}
 	return false
 }
@@ -182,7 +161,7 @@ func hasUnfinishedMigration(env *sharded.Env, vmi *virtv1.VirtualMachineInstance
 func activePods(h held) int {
 	n := 0
 	for _, pod := range kinds.PodsOf(h.Range, h.Object) {
-		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+		if !kinds.PodFinished(pod) {
 			n++
 		}
 	}
@@ -218,50 +197,31 @@ func (c *Controller) room(cfg *clusterconfig.Config, node string, vmis []held) i
 // createEvacuation creates the VMI's evacuation migration off node.
 func (c *Controller) createEvacuation(ctx context.Context, cfg *clusterconfig.Config, node string, h held) error {
 	vmi := h.Object
-	taken := map[string]bool{}
-	for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
-		taken[m.Name] = true
-	}
-	m := &virtv1.VirtualMachineInstanceMigration{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:         evacuationName(vmi, node, taken),
-			GenerateName: evacuationPrefix, // KubeVirt's, kept as a record beside the derived name
-			Namespace:    vmi.Namespace,
-			Annotations:  map[string]string{virtv1.EvacuationMigrationAnnotation: node},
-		},
-		Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
-	}
-	if cfg.MigrationPriorityQueueEnabled() {
-		m.Spec.Priority = ptr.To(virtv1.PrioritySystemCritical)
-		if vmi.Annotations[virtv1.EvictionSourceAnnotation] == "descheduler" {
-			m.Spec.Priority = ptr.To(virtv1.PrioritySystemMaintenance)
-		}
-	}
-	var created *virtv1.VirtualMachineInstanceMigration
-	err := c.rt.Write(ctx, h.Range.Index, func(ctx context.Context) (err error) {
-		created, err = c.env.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
-		return err
-	})
-	if errors.Is(err, sharded.ErrNotHeld) || apierrors.IsAlreadyExists(err) {
-		return nil // another replica's now, or one that holds it created it
-	}
+	created, err := migration.CreateSystem(ctx, c.env, c.rt, h.Range.Index, vmi, evacuation(cfg, vmi, node))
 	if err != nil {
 		c.evacuations.Eventf(vmi, corev1.EventTypeWarning, reasonFailedCreate, "Error creating a Migration: %v", err)
 		return fmt.Errorf("create evacuation migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
-	c.evacuations.Eventf(vmi, corev1.EventTypeNormal, reasonCreated, "Created Migration %s", created.Name)
+	if created != nil {
+		c.evacuations.Eventf(vmi, corev1.EventTypeNormal, reasonCreated, "Created Migration %s", created.Name)
+	}
 	return nil
 }
 
-// evacuationName is the name of the next evacuation migration of vmi off
-// node: KubeVirt's GenerateName prefix, kubevirt-evacuation-, and a suffix
-// derived from the VMI, the node and the first attempt whose name none of
-// the VMI's migrations has (taken), so that two replicas deciding from the
-// same migrations pick one name (sharded.ChildName).
-func evacuationName(vmi *virtv1.VirtualMachineInstance, node string, taken map[string]bool) string {
-	for attempt := 0; ; attempt++ {
-		if name := sharded.ChildName(evacuationPrefix, string(vmi.UID), node, strconv.Itoa(attempt)); !taken[name] {
-			return name
+// evacuation is the VMI's evacuation migration off node: KubeVirt's
+// kubevirt-evacuation- migration, annotated with the node, system-critical
+// under the priority queue (system-maintenance when the descheduler asked).
+func evacuation(cfg *clusterconfig.Config, vmi *virtv1.VirtualMachineInstance, node string) migration.System {
+	s := migration.System{
+		Prefix:      evacuationPrefix,
+		NameParts:   []string{node},
+		Annotations: map[string]string{virtv1.EvacuationMigrationAnnotation: node},
+	}
+	if cfg.MigrationPriorityQueueEnabled() {
+		s.Priority = ptr.To(virtv1.PrioritySystemCritical)
+		if vmi.Annotations[virtv1.EvictionSourceAnnotation] == "descheduler" {
+			s.Priority = ptr.To(virtv1.PrioritySystemMaintenance)
 		}
 	}
+	return s
 }

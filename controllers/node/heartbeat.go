@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/kinds"
@@ -51,12 +53,18 @@ func heartbeatStale(node *corev1.Node, timeout time.Duration, now time.Time) (st
 // Scheduled or Running on it with no live launcher pod there fail. A VMI
 // whose pod lives on is left alone: its virt-handler may come back.
 func (c *Controller) unresponsive(ctx context.Context, name string, node *corev1.Node) error {
+	var errs []error
 	if node != nil {
 		if err := c.markUnschedulable(ctx, node); err != nil {
 			return err
 		}
+		// KubeVirt fails no VMI while it cannot tell (its sync ends in
+		// the error, retried); virtshard logs it, goes on to the VMIs and
+		// tells again at the next look.
+		if err := c.reportOrphans(ctx, node); err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot tell whether the node's VMIs are orphaned", "node", node.Name)
+		}
 	}
-	var errs []error
 	for _, h := range c.vmisOn(name) {
 		vmi := h.Object
 		if (!vmi.IsRunning() && !vmi.IsScheduled()) || hasLivePod(h, name) {
@@ -92,13 +100,62 @@ func (c *Controller) markUnschedulable(ctx context.Context, node *corev1.Node) e
 	return nil
 }
 
+// virtHandlerSelector selects virt-handler's pods and DaemonSet.
+const virtHandlerSelector = "kubevirt.io=virt-handler"
+
+// msgOrphans is KubeVirt's warning on a node with VMIs and no virt-handler.
+const msgOrphans = "virt-handler is not present, there are orphaned vmis on this node. Run virt-handler on this node to migrate or remove them."
+
+// reportOrphans warns, on an unresponsive node with Scheduled or Running
+// VMIs, that no virt-handler pod runs there while the virt-handler
+// DaemonSet has scheduled its pods everywhere else, as KubeVirt's node
+// controller does (createEventIfNodeHasOrphanedVMIs): virt-handler is not
+// coming back to this node by itself. The holder of the node's range
+// posts it, each time the node is looked at again, from lists of the API
+// server as KubeVirt's: no replica caches every VMI on a node. Not exactly
+// one virt-handler DaemonSet is an error, as in KubeVirt.
+func (c *Controller) reportOrphans(ctx context.Context, node *corev1.Node) error {
+	if !c.rt.Holds(c.env.Ranges.OfValue(node.Name)) {
+		return nil
+	}
+	vmis, err := c.env.KubeVirt.VirtualMachineInstances(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: virtv1.NodeNameLabel + "=" + node.Name})
+	if err != nil {
+		return fmt.Errorf("list the VMIs on node %s: %w", node.Name, err)
+	}
+	if !slices.ContainsFunc(vmis.Items, func(v virtv1.VirtualMachineInstance) bool { return v.IsRunning() || v.IsScheduled() }) {
+		return nil
+	}
+	handlers, err := c.env.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + node.Name, LabelSelector: virtHandlerSelector,
+	})
+	if err != nil {
+		return fmt.Errorf("list virt-handler's pods on node %s: %w", node.Name, err)
+	}
+	if len(handlers.Items) > 0 {
+		return nil
+	}
+	sets, err := c.env.Kube.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: virtHandlerSelector})
+	if err != nil {
+		return fmt.Errorf("list virt-handler's DaemonSet: %w", err)
+	}
+	if len(sets.Items) != 1 {
+		return fmt.Errorf("node %s: %d DaemonSets labelled %s, want one", node.Name, len(sets.Items), virtHandlerSelector)
+	}
+	st := sets.Items[0].Status
+	if st.DesiredNumberScheduled != st.CurrentNumberScheduled && st.DesiredNumberScheduled != st.NumberReady {
+		return nil // still rolling out: a pod may yet come to the node
+	}
+	c.env.Recorder.Event(node, corev1.EventTypeWarning, ReasonNodeUnresponsive, msgOrphans)
+	return nil
+}
+
 // hasLivePod reports whether a pod of the VMI on the node is alive as
 // KubeVirt counts it: neither Succeeded nor Failed, and not every
 // container terminated (a pod can hang in termination without
 // virt-handler to unmount its disks).
 func hasLivePod(h held, node string) bool {
 	for _, pod := range kinds.PodsOf(h.Range, h.Object) {
-		if pod.Spec.NodeName != node || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if pod.Spec.NodeName != node || kinds.PodFinished(pod) {
 			continue
 		}
 		if !allTerminated(pod.Status.ContainerStatuses) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +18,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
+	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 	"github.com/virtshard/virtshard/shard"
@@ -219,7 +221,7 @@ func TestSyncEvacuatesADrainedNode(t *testing.T) {
 	if m.Spec.VMIName != "a" || m.Annotations[virtv1.EvacuationMigrationAnnotation] != "node-1" {
 		t.Errorf("migration %+v: want VMI a evacuated off node-1", m)
 	}
-	if m.GenerateName != "kubevirt-evacuation-" || m.Name != evacuationName(vmi, "node-1", nil) {
+	if m.GenerateName != "kubevirt-evacuation-" || m.Name != (migration.System{Prefix: evacuationPrefix, NameParts: []string{"node-1"}}).Name(vmi, nil) {
 		t.Errorf("migration named %q (generateName %q), want the name derived from the VMI and node, KubeVirt's generateName beside it", m.Name, m.GenerateName)
 	}
 }
@@ -266,12 +268,46 @@ func TestALateEvacuationAfterAHandoffMakesNoSecondMigration(t *testing.T) {
 	}
 }
 
-// A failed evacuation is followed by one of another name.
-func TestEvacuationNameTakesTheFirstAttemptNoMigrationHas(t *testing.T) {
-	vmi := runningVMI("a")
-	first := evacuationName(vmi, "node-1", nil)
-	second := evacuationName(vmi, "node-1", map[string]bool{first: true})
-	if second == first || evacuationName(vmi, "node-1", map[string]bool{first: true, "other": true}) != second {
-		t.Errorf("names %q then %q: want a new name once the first is taken, the same for the same migrations", first, second)
+// An unresponsive node with a running VMI and no virt-handler pod, while
+// the virt-handler DaemonSet has all the pods it wants, gets KubeVirt's
+// warning; with a virt-handler pod there, a DaemonSet still rolling out or
+// not exactly one DaemonSet, none.
+func TestAnUnresponsiveNodeWithoutVirtHandlerIsReportedOrphaned(t *testing.T) {
+	daemonSet := func(name string, desired, current int32) *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: name, Labels: map[string]string{"kubevirt.io": "virt-handler"}},
+			Status:     appsv1.DaemonSetStatus{DesiredNumberScheduled: desired, CurrentNumberScheduled: current, NumberReady: current},
+		}
+	}
+	handlerPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "virt-handler-x", Labels: map[string]string{"kubevirt.io": "virt-handler"}},
+		Spec:       corev1.PodSpec{NodeName: "node-1"},
+	}
+	for _, tt := range []struct {
+		name   string
+		others []runtime.Object
+		want   bool
+	}{
+		{"no virt-handler pod, the DaemonSet complete elsewhere", []runtime.Object{daemonSet("virt-handler", 2, 2)}, true},
+		{"a virt-handler pod on the node", []runtime.Object{daemonSet("virt-handler", 3, 3), handlerPod}, false},
+		{"the DaemonSet rolling out", []runtime.Object{daemonSet("virt-handler", 3, 2)}, false},
+		{"two DaemonSets", []runtime.Object{daemonSet("virt-handler", 2, 2), daemonSet("virt-handler-2", 2, 2)}, false},
+		{"no DaemonSet", nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vmi := runningVMI("a")
+			vmi.Labels = map[string]string{virtv1.NodeNameLabel: "node-1"}
+			pod := withPhase(launcherPod(vmi, strconv.Itoa(shardedtest.Ranges(t).Owner(vmi))), corev1.PodRunning)
+			f := newFixture(t, append([]runtime.Object{nodeBeating(time.Now().Add(-2 * time.Minute)), pod}, tt.others...), vmi)
+			if _, err := f.syncNode("node-1"); err != nil {
+				t.Fatal(err)
+			}
+			reported := slices.ContainsFunc(f.Events(), func(e string) bool {
+				return e == "Warning "+ReasonNodeUnresponsive+" "+msgOrphans
+			})
+			if reported != tt.want {
+				t.Errorf("orphaned VMIs reported: %v, want %v (events %q)", reported, tt.want, f.Events())
+			}
+		})
 	}
 }

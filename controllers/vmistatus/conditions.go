@@ -62,3 +62,16 @@ func PodCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodConditi
 	}
 	return nil
 }
+
+// ConditionIs reports whether v has condition t with status (any status
+// when status is "").
+func ConditionIs(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType, status corev1.ConditionStatus) bool {
+	c := Condition(v, t)
+	return c != nil && (status == "" || c.Status == status)
+}
+
+// Migratable reports whether the node agent says v can live-migrate now
+// (its LiveMigratable condition is true).
+func Migratable(v *virtv1.VirtualMachineInstance) bool {
+	return ConditionIs(v, virtv1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
+}

@@ -65,3 +65,17 @@ func TestConditionHelpersKeepOrReplaceAsKubeVirt(t *testing.T) {
 		t.Errorf("conditions %+v after RemoveCondition, want none", v.Status.Conditions)
 	}
 }
+
+func TestConditionIsAnyStatusWhenNoneIsAsked(t *testing.T) {
+	vmi := &virtv1.VirtualMachineInstance{Status: virtv1.VirtualMachineInstanceStatus{Conditions: []virtv1.VirtualMachineInstanceCondition{
+		{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionFalse},
+	}}}
+	if Migratable(vmi) || !ConditionIs(vmi, virtv1.VirtualMachineInstanceIsMigratable, corev1.ConditionFalse) ||
+		!ConditionIs(vmi, virtv1.VirtualMachineInstanceIsMigratable, "") || ConditionIs(vmi, virtv1.VirtualMachineInstanceReady, "") {
+		t.Error("a LiveMigratable=False VMI: want it not migratable, the condition found with its status or any, Ready not found")
+	}
+	vmi.Status.Conditions[0].Status = corev1.ConditionTrue
+	if !Migratable(vmi) {
+		t.Error("a LiveMigratable=True VMI is not migratable")
+	}
+}

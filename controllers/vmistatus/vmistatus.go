@@ -1,6 +1,8 @@
 package vmistatus
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 )
@@ -28,4 +30,15 @@ func Fail(v *virtv1.VirtualMachineInstance, at metav1.Time) bool {
 	RecordPhase(v, virtv1.Failed, at)
 	v.Status.Phase = virtv1.Failed
 	return true
+}
+
+// Migrating reports whether v's migration state says a migration started
+// and, as of now, has not ended (KubeVirt's migrations.IsMigrating, which
+// the evacuation controller and the workload updater read).
+func Migrating(v *virtv1.VirtualMachineInstance, now time.Time) bool {
+	m := v.Status.MigrationState
+	if m == nil || m.StartTimestamp == nil || m.StartTimestamp.After(now) {
+		return false
+	}
+	return m.EndTimestamp == nil || m.EndTimestamp.After(now)
 }

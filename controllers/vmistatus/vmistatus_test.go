@@ -37,3 +37,25 @@ func TestFailRecordsTheTransitionOnceAndLeavesAFinalVMI(t *testing.T) {
 		})
 	}
 }
+
+func TestMigratingFromStartUntilEnd(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: now.Add(d)} }
+	for _, tt := range []struct {
+		name  string
+		state *virtv1.VirtualMachineInstanceMigrationState
+		want  bool
+	}{
+		{"no migration state", nil, false},
+		{"a migration not started", &virtv1.VirtualMachineInstanceMigrationState{}, false},
+		{"started, not ended", &virtv1.VirtualMachineInstanceMigrationState{StartTimestamp: at(-time.Second)}, true},
+		{"started in the future (another clock)", &virtv1.VirtualMachineInstanceMigrationState{StartTimestamp: at(time.Second)}, false},
+		{"ended", &virtv1.VirtualMachineInstanceMigrationState{StartTimestamp: at(-2 * time.Second), EndTimestamp: at(-time.Second)}, false},
+		{"ends in the future (another clock)", &virtv1.VirtualMachineInstanceMigrationState{StartTimestamp: at(-2 * time.Second), EndTimestamp: at(time.Second)}, true},
+	} {
+		vmi := &virtv1.VirtualMachineInstance{Status: virtv1.VirtualMachineInstanceStatus{MigrationState: tt.state}}
+		if got := Migrating(vmi, now); got != tt.want {
+			t.Errorf("%s: Migrating = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -321,58 +320,40 @@ func (c *Controller) migrate(ctx context.Context, cfg *clusterconfig.Config, can
 
 func (c *Controller) createMigration(ctx context.Context, cfg *clusterconfig.Config, h held) error {
 	vmi := h.Object
-	taken := map[string]bool{}
-	for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
-		taken[m.Name] = true
-	}
-	m := &virtv1.VirtualMachineInstanceMigration{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:         migrationName(vmi, taken),
-			GenerateName: migrationPrefix, // KubeVirt's, kept as a record beside the derived name
-			Namespace:    vmi.Namespace,
-			Annotations:  map[string]string{virtv1.WorkloadUpdateMigrationAnnotation: ""},
-		},
-		Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
-	}
-	if volumesChangePending(vmi) {
-		m.Labels = map[string]string{virtv1.VolumesUpdateMigration: vmi.Name}
-		if len(vmi.Name) > validation.DNS1035LabelMaxLength {
-			m.Labels[virtv1.VolumesUpdateMigration] = string(vmi.UID)
-		}
-	}
-	if cfg.MigrationPriorityQueueEnabled() {
-		m.Spec.Priority = ptr.To(virtv1.PrioritySystemCritical)
-		if hotplugPending(vmi) || volumesChangePending(vmi) {
-			m.Spec.Priority = ptr.To(virtv1.PriorityUserTriggered)
-		}
-	}
-	var created *virtv1.VirtualMachineInstanceMigration
-	err := c.rt.Write(ctx, h.Range.Index, func(ctx context.Context) (err error) {
-		created, err = c.env.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
-		return err
-	})
-	if errors.Is(err, sharded.ErrNotHeld) || apierrors.IsAlreadyExists(err) {
-		return nil // another replica's now, or one that holds it created it
-	}
+	created, err := migration.CreateSystem(ctx, c.env, c.rt, h.Range.Index, vmi, workloadUpdate(cfg, vmi))
 	if err != nil {
 		c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, reasonFailedCreate, "Error creating a Migration for automated workload update: %v", err)
 		return fmt.Errorf("create workload update migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
-	klog.FromContext(ctx).V(2).Info("Initiated migration of vmi as part of workload update", "vmi", klog.KObj(vmi), "migration", created.Name)
-	c.env.Recorder.Eventf(vmi, corev1.EventTypeNormal, reasonSuccessfulCreate, "Created Migration %s for automated workload update", created.Name)
+	if created != nil {
+		klog.FromContext(ctx).V(2).Info("Initiated migration of vmi as part of workload update", "vmi", klog.KObj(vmi), "migration", created.Name)
+		c.env.Recorder.Eventf(vmi, corev1.EventTypeNormal, reasonSuccessfulCreate, "Created Migration %s for automated workload update", created.Name)
+	}
 	return nil
 }
 
-// migrationName is the name of the VMI's next workload update migration:
-// KubeVirt's prefix and a suffix derived from the VMI and the first
-// attempt none of its migrations is named by (taken), so that two
-// replicas deciding from the same migrations pick one name.
-func migrationName(vmi *virtv1.VirtualMachineInstance, taken map[string]bool) string {
-	for attempt := 0; ; attempt++ {
-		if name := sharded.ChildName(migrationPrefix, string(vmi.UID), strconv.Itoa(attempt)); !taken[name] {
-			return name
+// workloadUpdate is the VMI's workload update migration: KubeVirt's
+// kubevirt-workload-update- migration, labelled with the VMI when it
+// carries a volumes change; under the priority queue system-critical, or
+// user-triggered for a change the user waits for.
+func workloadUpdate(cfg *clusterconfig.Config, vmi *virtv1.VirtualMachineInstance) migration.System {
+	s := migration.System{
+		Prefix:      migrationPrefix,
+		Annotations: map[string]string{virtv1.WorkloadUpdateMigrationAnnotation: ""},
+	}
+	if volumesChangePending(vmi) {
+		s.Labels = map[string]string{virtv1.VolumesUpdateMigration: vmi.Name}
+		if len(vmi.Name) > validation.DNS1035LabelMaxLength {
+			s.Labels[virtv1.VolumesUpdateMigration] = string(vmi.UID)
 		}
 	}
+	if cfg.MigrationPriorityQueueEnabled() {
+		s.Priority = ptr.To(virtv1.PrioritySystemCritical)
+		if hotplugPending(vmi) || volumesChangePending(vmi) {
+			s.Priority = ptr.To(virtv1.PriorityUserTriggered)
+		}
+	}
+	return s
 }
 
 // evict evicts the launcher pods of vmis through the Eviction API, which

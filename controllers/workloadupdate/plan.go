@@ -8,6 +8,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // held is a VMI of a held range, with the range's caches.
@@ -54,11 +55,11 @@ func (j judge) add(p *plan, h held) {
 	p.outdated[h.Range.Index]++
 	// Counted, but acted on only when no migration is under way.
 	key := vmi.Namespace + "/" + vmi.Name
-	if migrating(vmi, j.now) || j.unfinished(key) {
+	if vmistatus.Migrating(vmi, j.now) || j.unfinished(key) {
 		return
 	}
 	switch {
-	case j.migrateAllowed && (migratable(vmi) || volumesMigrate(vmi)):
+	case j.migrateAllowed && (vmistatus.Migratable(vmi) || volumesMigrate(vmi)):
 		p.migrate = append(p.migrate, h)
 	case j.evictAllowed:
 		p.evict = append(p.evict, h)
@@ -76,7 +77,7 @@ func (j judge) outdatedImage(vmi *virtv1.VirtualMachineInstance) bool {
 // changeNeedsMigration: a hotplug or volume change waits for a migration
 // (the VM controller's conditions), and it was not called off.
 func (j judge) changeNeedsMigration(vmi *virtv1.VirtualMachineInstance) bool {
-	if vmi.IsFinal() || migrating(vmi, j.now) {
+	if vmi.IsFinal() || vmistatus.Migrating(vmi, j.now) {
 		return false
 	}
 	if _, ok := vmi.Annotations[virtv1.WorkloadUpdateMigrationAbortionAnnotation]; ok {
@@ -106,38 +107,13 @@ func (j judge) abortChange(vmi *virtv1.VirtualMachineInstance) bool {
 // hotplugPending: a CPU change (the condition, whatever its status), a
 // memory change or another change that needs a migration waits.
 func hotplugPending(vmi *virtv1.VirtualMachineInstance) bool {
-	return hasCondition(vmi, virtv1.VirtualMachineInstanceVCPUChange, "") ||
-		hasCondition(vmi, virtv1.VirtualMachineInstanceMemoryChange, corev1.ConditionTrue) ||
-		hasCondition(vmi, virtv1.VirtualMachineInstanceMigrationRequired, corev1.ConditionTrue)
+	return vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceVCPUChange, "") ||
+		vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceMemoryChange, corev1.ConditionTrue) ||
+		vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceMigrationRequired, corev1.ConditionTrue)
 }
 
 func volumesChangePending(vmi *virtv1.VirtualMachineInstance) bool {
-	return hasCondition(vmi, virtv1.VirtualMachineInstanceVolumesChange, corev1.ConditionTrue)
-}
-
-// hasCondition: the VMI has condition t, with status (any when "").
-func hasCondition(vmi *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType, status corev1.ConditionStatus) bool {
-	for _, c := range vmi.Status.Conditions {
-		if c.Type == t {
-			return status == "" || c.Status == status
-		}
-	}
-	return false
-}
-
-// migratable: the node agent says the VMI can live-migrate.
-func migratable(vmi *virtv1.VirtualMachineInstance) bool {
-	return hasCondition(vmi, virtv1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
-}
-
-// migrating: the VMI's migration state says one started and has not
-// ended.
-func migrating(vmi *virtv1.VirtualMachineInstance, now time.Time) bool {
-	m := vmi.Status.MigrationState
-	if m == nil || m.StartTimestamp == nil || m.StartTimestamp.After(now) {
-		return false
-	}
-	return m.EndTimestamp == nil || m.EndTimestamp.After(now)
+	return vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceVolumesChange, corev1.ConditionTrue)
 }
 
 // volumesMigrate: the VMI has volumes to migrate, and a migration of them
@@ -148,7 +124,7 @@ func migrating(vmi *virtv1.VirtualMachineInstance, now time.Time) bool {
 // exempts a volume named as the claim; so does this.
 func volumesMigrate(vmi *virtv1.VirtualMachineInstance) bool {
 	moved := vmi.Status.MigratedVolumes
-	if len(moved) == 0 || hasCondition(vmi, virtv1.VirtualMachineInstanceIsStorageLiveMigratable, corev1.ConditionFalse) {
+	if len(moved) == 0 || vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceIsStorageLiveMigratable, corev1.ConditionFalse) {
 		return false
 	}
 	taken := map[string]bool{}

@@ -161,3 +161,14 @@ func StartProcesses(t *testing.T, ns string, n int, args ...string) []*replicas.
 	}
 	return procs
 }
+
+// WaitShared waits up to 2 minutes until the replicas share out the ranges
+// (every one on the same assignment, acting on all it is given).
+func WaitShared(t *testing.T, procs []*replicas.Replica) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return replicas.Shared(ctx, procs), nil
+	}); err != nil {
+		t.Fatal("the replicas did not share out the ranges within 2 minutes")
+	}
+}

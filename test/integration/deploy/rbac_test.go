@@ -78,6 +78,8 @@ var rarelyCalled = map[access]string{
 	{"get", "instancetype.kubevirt.io", "virtualmachineclusterpreferences"}:   "the same",
 	{"patch", "", "nodes"}: "the node controller labels a node whose virt-handler heartbeat went stale unschedulable " +
 		"(test/integration/node covers it; this workload stops no node's heartbeat)",
+	{"list", "apps", "daemonsets"}: "the node controller looks up virt-handler's DaemonSet when an unresponsive node has VMIs " +
+		"and no virt-handler pod (this workload stops no node's heartbeat)",
 	{"create", "", "pods/eviction"}: "the workload updater evicts the launcher pod of a VMI on an outdated launcher that " +
 		"cannot migrate, when the KubeVirt CR's strategy allows Evict (test/integration/workloadupdate covers it)",
 	{"patch", "kubevirt.io", "kubevirts/status"}: "the workload updater writes the count of outdated VMIs to a deployed " +

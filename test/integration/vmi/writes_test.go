@@ -35,11 +35,7 @@ func TestWritesPerVMIWhenIdle(t *testing.T) {
 	procs := controllertest.StartProcesses(t, e.ns, 3)
 	// Idle: the replicas have shared out the ranges (a range moves to a
 	// replica once its caches synced, a few seconds after it starts).
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return replicas.Shared(ctx, procs), nil
-	}); err != nil {
-		t.Fatal("the replicas did not share out the ranges within a minute")
-	}
+	controllertest.WaitShared(t, procs)
 	for i := range n {
 		e.create(workload.VMI(fmt.Sprintf("idle-%d", i)))
 		time.Sleep(200 * time.Millisecond)

@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/test/clustertest"
@@ -51,7 +50,7 @@ func TestAnUpgradeUpdatesEveryWorkloadWithinTheLimits(t *testing.T) {
 		return []string{"--launcher-image=" + image, "--kubevirt-namespace=" + ns}
 	}
 	old := controllertest.StartProcesses(t, ns, 3, args(oldImage)...)
-	waitShared(t, old)
+	controllertest.WaitShared(t, old)
 
 	const migratable, evicted = 4, 3
 	for i := range migratable {
@@ -232,13 +231,4 @@ func outdatedCount(ctx context.Context, crs dynamic.ResourceInterface) (int, boo
 	}
 	n, found, err := unstructured.NestedInt64(cr.Object, "status", "outdatedVirtualMachineInstanceWorkloads")
 	return int(n), found, err
-}
-
-func waitShared(t *testing.T, procs []*replicas.Replica) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return replicas.Shared(ctx, procs), nil
-	}); err != nil {
-		t.Fatal("the replicas did not share out the ranges within 2 minutes")
-	}
 }
