@@ -24,6 +24,17 @@ type Selection interface {
 	rangeOf(obj metav1.Object) (int, bool)
 }
 
+// ListOptions are opts narrowed to the objects s selects, for a read past
+// the informers; Selects is the client-side guard to apply to what it
+// returns.
+func ListOptions(s Selection, opts metav1.ListOptions) metav1.ListOptions {
+	s.apply(&opts)
+	return opts
+}
+
+// Selects reports whether s selects obj.
+func Selects(s Selection, obj metav1.Object) bool { return s.owns(obj) }
+
 // ByKey selects objects by the hash of their own uid or namespace, with a
 // KEP-5866 shard selector on the server.
 func (r Ranges) ByKey(owned Set) Selection { return keySelection{r, owned, r.Selector(owned.List())} }

@@ -134,8 +134,11 @@ func (n *Normalizer) Normalize(objs []*unstructured.Unstructured) []Object {
 			delete(meta, "uid") // its token is the object's identity
 			meta["name"] = names[i]
 		}
-		if obj.GetKind() == "Pod" {
+		switch obj.GetKind() {
+		case "Pod":
 			jitteredQemuTimeout(content)
+		case "VirtualMachineInstance":
+			drawnCID(content)
 		}
 		out[i] = Object{Kind: obj.GetKind(), Name: names[i], Content: n.value(content).(map[string]any), Generation: obj.GetGeneration()}
 	}
@@ -377,6 +380,20 @@ func replicaSetMembers(objs []*unstructured.Unstructured) []goneMember {
 		})
 	}
 	return out
+}
+
+// VSOCKCIDToken stands for a VMI's VSOCK context ID.
+const VSOCKCIDToken = "<vsock-cid>"
+
+// drawnCID replaces a VMI's status.VSOCKCID by VSOCKCIDToken when it is
+// one a guest may have (3 up): KubeVirt draws it at random, virtshard
+// from the VMI's range's block (docs/sharding.md), so two runs of either
+// differ in the value. Whether a VMI has one is still compared, and a
+// host's CID (0-2) stays and differs.
+func drawnCID(vmi map[string]any) {
+	if cid, found, _ := unstructured.NestedInt64(vmi, "status", "VSOCKCID"); found && cid >= 3 {
+		_ = unstructured.SetNestedField(vmi, VSOCKCIDToken, "status", "VSOCKCID")
+	}
 }
 
 // GoneLauncherToken stands for a launcher pod the capture does not hold,

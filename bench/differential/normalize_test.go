@@ -279,3 +279,22 @@ func TestNormalizeKnowsAGoneMemberInAnEvent(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+// A VMI's VSOCK CID is drawn (KubeVirt at random, virtshard from its
+// range's block): any guest CID reads alike, having none or a host's does
+// not.
+func TestNormalizeReadsAnyGuestCIDAlike(t *testing.T) {
+	withCID := func(cid any) Object {
+		objs := run("uid-1", "pod-uid-1", "virt-launcher-a-x7k2p", "100", "2026-12-04T10:00:00Z", "Running")
+		if cid != nil {
+			_ = unstructured.SetNestedField(objs[0].Object, cid, "status", "VSOCKCID")
+		}
+		return (&Normalizer{GeneratedName: launcherStem}).Normalize(objs)[0]
+	}
+	if !reflect.DeepEqual(withCID(int64(3)), withCID(int64(4026531843))) {
+		t.Error("two guest CIDs normalized apart")
+	}
+	if reflect.DeepEqual(withCID(int64(3)), withCID(nil)) || reflect.DeepEqual(withCID(int64(3)), withCID(int64(2))) {
+		t.Error("a guest CID normalized like none, or like the host's")
+	}
+}

@@ -119,6 +119,34 @@ func (k Kind[T]) All(c *Ranges) Objects[T] {
 	return Objects[T]{set: s.cluster}
 }
 
+// Read lists range i's objects of a sharded kind from the API server at
+// its current version, past the caches: for a decision that must take in
+// every write made so far, those of the range's previous holder that the
+// caches may not have seen yet among them.
+func (k Kind[T]) Read(ctx context.Context, c *Ranges, i int) ([]T, error) {
+	lw := cache.ToListerWatcherWithContext(k.ListWatch(Clients{Kube: c.cfg.Kube, KubeVirt: c.cfg.KubeVirt}, c.cfg.Namespace))
+	var out []T
+	for _, by := range c.cfg.Ranges.Selections(k.Placement) {
+		sel := by(shard.NewSet(c.cfg.Ranges.Count(), i))
+		list, err := lw.ListWithContext(ctx, shard.ListOptions(sel, metav1.ListOptions{}))
+		if err != nil {
+			return nil, fmt.Errorf("read %s of range %d: %w", k.Resource, i, err)
+		}
+		err = meta.EachListItem(list, func(o runtime.Object) error {
+			if obj, ok := o.(T); ok {
+				if m, err := meta.Accessor(obj); err == nil && shard.Selects(sel, m) {
+					out = append(out, obj)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read %s of range %d: %w", k.Resource, i, err)
+		}
+	}
+	return out, nil
+}
+
 // Held returns the kind's objects of every held range (read only).
 func (k Kind[T]) Held(c *Ranges) []T {
 	var out []T

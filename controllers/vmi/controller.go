@@ -82,6 +82,8 @@ type Controller struct {
 	metrics      *Metrics
 	expectations *expectations.Expectations
 	batcher      *status.Batcher[*virtv1.VirtualMachineInstance]
+	// cids are the VSOCK CIDs given in the ranges held.
+	cids *cidAllocator
 
 	// gatesSent maps a launcher pod's UID to the unpaused condition
 	// (true: unpaused) our last readiness-gate patch set, until the pod
@@ -107,6 +109,9 @@ func newController(env *sharded.Env, rt *sharded.Runtime, opts Options, m *Metri
 		metrics:      m,
 		expectations: expectations.New(env.Ranges.Count(), env.Clock),
 	}
+	c.cids = newCIDAllocator(env.Ranges.Count(), func(ctx context.Context, rng int) ([]*virtv1.VirtualMachineInstance, error) {
+		return kinds.VMIs.Read(ctx, env.Caches, rng)
+	})
 	c.batcher = status.New(status.Config[*virtv1.VirtualMachineInstance]{
 		Name:    "vmi",
 		Workers: opts.StatusWorkers,
@@ -186,6 +191,7 @@ func (c *Controller) declare() *sharded.Controller {
 		Forget: func(rng int) {
 			c.batcher.DropRange(rng)
 			c.expectations.DropRange(rng)
+			c.cids.forget(rng)
 		},
 		Background: func(ctx context.Context) { profiling.Do(ctx, "vmi-status", c.batcher.Run) },
 	}

@@ -9,8 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/status"
 	"github.com/virtshard/virtshard/controllers/template"
@@ -58,6 +60,9 @@ type observed struct {
 	launcherImage string
 	// memoryOverhead: the VmiMemoryOverheadReport feature gate is on.
 	memoryOverhead bool
+	// vsockCID is the CID the VMI gets at the handoff, if it asks for
+	// VSOCK (cidAllocator).
+	vsockCID *uint32
 }
 
 // observe snapshots what the intents for pod read.
@@ -261,6 +266,9 @@ func toScheduled(o observed, at metav1.Time) mutation {
 		if _, unix := pod.Annotations[virtv1.MigrationTransportUnixAnnotation]; unix {
 			v.Status.MigrationTransport = virtv1.MigrationTransportUnix
 		}
+		if o.vsockCID != nil {
+			v.Status.VSOCKCID = ptr.To(*o.vsockCID)
+		}
 		vmistatus.RemoveCondition(v, virtv1.VirtualMachineInstanceSynchronized)
 		return true
 	}
@@ -372,7 +380,7 @@ func settle(pod *corev1.Pod, pods []*corev1.Pod, at metav1.Time) mutation {
 // podDownOrGoingDown is KubeVirt's IsPodDownOrGoingDown: the pod ended,
 // its compute container did, or it is being deleted.
 func podDownOrGoingDown(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if pod.DeletionTimestamp != nil || kinds.PodFinished(pod) {
 		return true
 	}
 	for _, s := range pod.Status.ContainerStatuses {

@@ -55,6 +55,7 @@ func (c *Controller) sync(ctx context.Context, it item) error {
 	}
 	if !exists {
 		c.expectations.Delete(it.Range, it.Key)
+		c.cids.release(it.Range, it.Key)
 		return nil
 	}
 	pods := kinds.PodsOf(r, vmi)
@@ -262,14 +263,10 @@ func activePod(vmi *virtv1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.P
 
 // runsLater: p, not a's, is the pod that runs the VMI now.
 func runsLater(p, a *corev1.Pod) bool {
-	if pf, af := podFinished(p), podFinished(a); pf != af {
+	if pf, af := kinds.PodFinished(p), kinds.PodFinished(a); pf != af {
 		return af
 	}
 	return p.CreationTimestamp.After(a.CreationTimestamp.Time)
-}
-
-func podFinished(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
 // createPod checks that the VMI can run and creates its launcher pod, or
@@ -387,7 +384,7 @@ func (c *Controller) activeMigration(vmi *virtv1.VirtualMachineInstance) bool {
 
 // followPod moves the VMI along with its launcher pod.
 func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod, pods []*corev1.Pod) error {
-	if pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
+	if pod.DeletionTimestamp == nil && !kinds.PodFinished(pod) {
 		if err := c.syncUnpaused(ctx, it, vmi, pod); err != nil {
 			return err
 		}
@@ -400,7 +397,13 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		// The source of a migration under way: its virt-launcher ends once
 		// the domain has left, and the watch may bring that before the
 		// VMI's move to the target, which brings the VMI back here.
-	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+	case kinds.PodFinished(pod) && rank(vmi.Status.Phase) >= rank(virtv1.Scheduled):
+		// Handed off: the pod ended with its domain, whose end the node
+		// agent reports (Succeeded after a shutdown, Failed after a
+		// crash). KubeVirt's VMI controller leaves a Scheduled or Running
+		// VMI whose pod exists to it; a Failed written first would keep a
+		// VMI that shut down from Succeeded.
+	case kinds.PodFinished(pod):
 		c.fail(it, vmi, ReasonPodFailed, fmt.Sprintf("launcher pod %s is %s", pod.Name, pod.Status.Phase))
 	case pod.DeletionTimestamp != nil:
 		// Terminating: the VMI fails when the pod is gone.
@@ -409,7 +412,15 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 			return err
 		}
 		if rank(vmi.Status.Phase) < rank(virtv1.Scheduled) {
-			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, toScheduled(c.observe(pod, pods), metav1.Now()))
+			o := c.observe(pod, pods)
+			if autoattachVSOCK(vmi) {
+				cid, err := c.cids.allocate(ctx, it.Range, it.Key, vmi)
+				if err != nil {
+					return fmt.Errorf("give %s a VSOCK CID: %w", it.Key, err)
+				}
+				o.vsockCID = &cid
+			}
+			c.batcher.Enqueue(it.Range, it.Key, vmi.UID, c.opts.UrgentStatusWait, toScheduled(o, metav1.Now()))
 		} else if podStale(vmi, pod, pods) && !c.batcher.Pending(it.Key, vmi.UID) {
 			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, followingPod(c.observe(pod, pods)))
 		}

@@ -232,24 +232,40 @@ func TestSyncSettlesAFinalVMIWithoutPods(t *testing.T) {
 	}
 }
 
-func TestSyncLeavesAVMIWhoseMigrationSourcePodEndedBeforeItsMoveWasSeen(t *testing.T) {
+// A launcher pod that ended fails its VMI only before the hand-off: a
+// Scheduled or Running VMI's end is the node agent's to report (Succeeded
+// after a shutdown), as KubeVirt's VMI controller leaves it, and the
+// source pod of a migration ends before the VMI's move is seen.
+func TestSyncFailsAVMIWithItsEndedPodOnlyBeforeTheHandoff(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		failed   bool
-		wantFail bool
+		name      string
+		phase     virtv1.VirtualMachineInstancePhase
+		pod       corev1.PodPhase
+		migration *virtv1.VirtualMachineInstanceMigrationState
+		wantFail  bool
 	}{
-		{name: "a migration under way: the move to the target is on its way"},
-		{name: "a failed migration: the VMI fails with its pod", failed: true, wantFail: true},
+		{name: "Scheduling, its pod failed", phase: virtv1.Scheduling, pod: corev1.PodFailed, wantFail: true},
+		{name: "Running, its pod succeeded after a shutdown", phase: virtv1.Running, pod: corev1.PodSucceeded},
+		{name: "Running, its pod failed", phase: virtv1.Running, pod: corev1.PodFailed},
+		{name: "Scheduled, its pod failed", phase: virtv1.Scheduled, pod: corev1.PodFailed},
+		{name: "a migration under way: the move to the target is on its way", phase: virtv1.Running, pod: corev1.PodSucceeded,
+			migration: &virtv1.VirtualMachineInstanceMigrationState{TargetNodeDomainDetected: true}},
+		{name: "a failed migration", phase: virtv1.Running, pod: corev1.PodSucceeded,
+			migration: &virtv1.VirtualMachineInstanceMigrationState{TargetNodeDomainDetected: true, Failed: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vmi := newVMI("a")
-			vmi.Status.Phase = virtv1.Running
-			source := runningLauncherPod(t, vmi)
-			source.Status.Phase = corev1.PodSucceeded
-			vmi.Status.NodeName = source.Spec.NodeName
-			vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-uid", SourcePod: source.Name,
-				StartTimestamp: &metav1.Time{Time: time.Now()}, TargetNodeDomainDetected: true, Failed: tc.failed}
-			f := newFixture(t, vmi, source)
+			vmi.Status.Phase = tc.phase
+			pod := runningLauncherPod(t, vmi)
+			pod.Status.Phase = tc.pod
+			if tc.phase != virtv1.Scheduling {
+				vmi.Status.NodeName = pod.Spec.NodeName
+			}
+			if m := tc.migration; m != nil {
+				m.MigrationUID, m.SourcePod, m.StartTimestamp = "m-uid", pod.Name, &metav1.Time{Time: time.Now()}
+				vmi.Status.MigrationState = m
+			}
+			f := newFixture(t, vmi, pod)
 			if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
 				t.Fatal(err)
 			}
