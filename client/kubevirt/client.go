@@ -15,11 +15,12 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	virtv1 "kubevirt.io/api/core/v1"
+	migrationsv1 "kubevirt.io/api/migrations/v1alpha1"
 	poolv1 "kubevirt.io/api/pool/v1beta1"
 )
 
-// Scheme knows the core Kubernetes types, the kubevirt.io/v1 types and the
-// pool.kubevirt.io/v1beta1 ones.
+// Scheme knows the core Kubernetes types, the kubevirt.io/v1 types, the
+// pool.kubevirt.io/v1beta1 ones and migrations.kubevirt.io/v1alpha1's.
 var Scheme = runtime.NewScheme()
 
 var (
@@ -33,6 +34,7 @@ func init() {
 	utilruntime.Must(scheme.AddToScheme(Scheme))
 	utilruntime.Must(virtv1.AddToScheme(Scheme))
 	utilruntime.Must(poolv1.AddToScheme(Scheme))
+	utilruntime.Must(migrationsv1.AddToScheme(Scheme))
 }
 
 // Client is the typed client of one namespace's objects of a kubevirt.io/v1
@@ -67,22 +69,28 @@ type ReplicaSetInterface = Client[*virtv1.VirtualMachineInstanceReplicaSet, *vir
 // (pool.kubevirt.io/v1beta1).
 type PoolInterface = Client[*poolv1.VirtualMachinePool, *poolv1.VirtualMachinePoolList]
 
+// MigrationPolicyInterface is the typed client of the MigrationPolicies
+// (migrations.kubevirt.io/v1alpha1, cluster-scoped).
+type MigrationPolicyInterface = Client[*migrationsv1.MigrationPolicy, *migrationsv1.MigrationPolicyList]
+
 // Interface gives typed clients for the kubevirt.io/v1 resources the
-// controllers use, and the VM pools of pool.kubevirt.io.
+// controllers use, the VM pools of pool.kubevirt.io and the
+// MigrationPolicies of migrations.kubevirt.io.
 type Interface interface {
 	VirtualMachineInstances(namespace string) VirtualMachineInstanceInterface
 	VirtualMachines(namespace string) VirtualMachineInterface
 	Migrations(namespace string) MigrationInterface
 	ReplicaSets(namespace string) ReplicaSetInterface
 	Pools(namespace string) PoolInterface
+	MigrationPolicies() MigrationPolicyInterface
 }
 
 var _ Interface = (*Clientset)(nil)
 
-// Clientset gives typed clients for the kubevirt.io/v1 resources and VM
-// pools.
+// Clientset gives typed clients for the kubevirt.io/v1 resources, VM
+// pools and MigrationPolicies.
 type Clientset struct {
-	rest, pools rest.Interface
+	rest, pools, policies rest.Interface
 }
 
 // NewForConfig returns a Clientset for cfg. cfg is copied, not changed.
@@ -95,7 +103,11 @@ func NewForConfig(cfg *rest.Config) (*Clientset, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Clientset{rest: client, pools: pools}, nil
+	policies, err := restClient(cfg, migrationsv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &Clientset{rest: client, pools: pools, policies: policies}, nil
 }
 
 // restClient is a REST client of one API group version, cfg copied.
@@ -163,5 +175,14 @@ func (c *Clientset) Pools(namespace string) PoolInterface {
 		"virtualmachinepools", c.pools, parameterCodec, namespace,
 		func() *poolv1.VirtualMachinePool { return &poolv1.VirtualMachinePool{} },
 		func() *poolv1.VirtualMachinePoolList { return &poolv1.VirtualMachinePoolList{} },
+	)
+}
+
+// MigrationPolicies returns the MigrationPolicy client.
+func (c *Clientset) MigrationPolicies() MigrationPolicyInterface {
+	return gentype.NewClientWithList(
+		"migrationpolicies", c.policies, parameterCodec, "",
+		func() *migrationsv1.MigrationPolicy { return &migrationsv1.MigrationPolicy{} },
+		func() *migrationsv1.MigrationPolicyList { return &migrationsv1.MigrationPolicyList{} },
 	)
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
+	migrationsv1 "kubevirt.io/api/migrations/v1alpha1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/shard"
@@ -130,6 +131,19 @@ var Nodes = caches.Kind[*corev1.Node]{
 		return cache.ToListWatcherWithWatchListSemantics(caches.ListWatchOf(nodes.List, nodes.Watch), c.Kube)
 	},
 	Trim: trimNode,
+}
+
+// MigrationPolicies are the cluster's MigrationPolicies
+// (migrations.kubevirt.io), which every replica caches whole: a migration
+// carries the configuration of the one that matches its VMI.
+var MigrationPolicies = caches.Kind[*migrationsv1.MigrationPolicy]{
+	Resource:  "migrationpolicies",
+	Placement: shard.ClusterWide,
+	ListWatch: func(c caches.Clients, _ string) cache.ListerWatcher {
+		policies := c.KubeVirt.MigrationPolicies()
+		return cache.ToListWatcherWithWatchListSemantics(caches.ListWatchOf(policies.List, policies.Watch), c.KubeVirt)
+	},
+	Trim: shard.TrimForCache,
 }
 
 // trimNode keeps what the controllers read of a node: its metadata (less

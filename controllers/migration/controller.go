@@ -122,6 +122,10 @@ func (c *Controller) declare() *sharded.Controller {
 			sharded.Across(kinds.Migrations, sharded.Events[*virtv1.VirtualMachineInstanceMigration]{Route: c.route, Replay: true}, nil),
 			sharded.On(kinds.VMIs, sharded.Events[*virtv1.VirtualMachineInstance]{Keys: c.migrationsOf}, nil),
 			sharded.On(kinds.LauncherPods, sharded.Events[*corev1.Pod]{Keys: migrationOf}, nil),
+			// The policy a migration carries is read at its hand-off.
+			sharded.Reading(kinds.MigrationPolicies.Watch(nil)),
+			// A target pod goes to nodes like its source node.
+			sharded.Reading(kinds.Nodes.Watch(nil)),
 			// A raised limit lets waiting migrations go at once, not at
 			// their next poll.
 			sharded.OnConfig(func(*clusterconfig.Config) []item { return c.pendingItems() }),

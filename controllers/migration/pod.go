@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,7 +28,9 @@ func targetPodName(vmi *virtv1.VirtualMachineInstance, m *virtv1.VirtualMachineI
 // renderTargetPod is the VMI's launcher pod for the migration's target: on
 // another node than the source (KubeVirt's pod anti-affinity to the VMI's
 // other pods, and a node affinity on the source's name, which holds even
-// on nodes without a hostname label), labelled with the migration.
+// on nodes without a hostname label) that is like it (placeOnLikeNode),
+// with the source's SELinux level unless the KubeVirt CR's
+// matchSELinuxLevelOnMigration is false, labelled with the migration.
 func (c *Controller) renderTargetPod(rng int, m *virtv1.VirtualMachineInstanceMigration, cached *virtv1.VirtualMachineInstance, source *corev1.Pod) (*corev1.Pod, error) {
 	vmi := cached.DeepCopy()
 	template.ApplyDefaults(vmi, c.env.Template)
@@ -38,8 +41,21 @@ func (c *Controller) renderTargetPod(rng int, m *virtv1.VirtualMachineInstanceMi
 	pod.Name = targetPodName(vmi, m)
 	pod.Labels[virtv1.MigrationJobLabel] = string(m.UID)
 	pod.Annotations[virtv1.MigrationJobNameAnnotation] = m.Name
-	for k, v := range m.Spec.AddedNodeSelector {
-		pod.Spec.NodeSelector[k] = v
+	// The migration's added node selector, under the pod's own (KubeVirt
+	// copies the added one first).
+	selector := maps.Clone(m.Spec.AddedNodeSelector)
+	if selector == nil {
+		selector = map[string]string{}
+	}
+	maps.Copy(selector, pod.Spec.NodeSelector)
+	pod.Spec.NodeSelector = selector
+	if err := c.placeOnLikeNode(pod, vmi, source); err != nil {
+		return nil, err
+	}
+	if match := c.env.ClusterConfig.Current().Migrations().MatchSELinuxLevelOnMigration; match == nil || *match {
+		if err := matchSELinuxLevel(pod, vmi.Status.SelinuxContext); err != nil {
+			return nil, err
+		}
 	}
 	if pod.Spec.Affinity == nil {
 		pod.Spec.Affinity = &corev1.Affinity{}

@@ -151,7 +151,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			return 0, c.failAndFinish(ctx, it, s, ReasonVMIGone, "the VMI shut down during the migration")
 		case s.pod == nil:
 			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, msgTargetPodRemoved)
-		case s.pod.Status.Phase == corev1.PodFailed || s.pod.Status.Phase == corev1.PodSucceeded:
+		case kinds.PodFinished(s.pod):
 			// KubeVirt's PodIsDown; a pod being deleted is not down until
 			// it is gone.
 			return 0, c.failAndFinish(ctx, it, s, ReasonTargetPodGone, msgTargetPodShutDown)
@@ -223,6 +223,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			}
 			if pendingUnschedulable(s.pod) {
 				// KubeVirt's handlePendingPodTimeout says so on every sync.
+				c.warnNoHostModelNode(vmi, s.pod)
 				c.env.Recorder.Eventf(m, corev1.EventTypeWarning, eventTargetPodUnschedulable,
 					"Migration target pod for VMI [%s/%s] is currently unschedulable.", vmi.Namespace, vmi.Name)
 			}
@@ -496,16 +497,21 @@ func podReady(pod *corev1.Pod) bool {
 }
 
 // handOff tells the node agents: the VMI's migrationState names the
-// migration, the source and the target, and carries the KubeVirt CR's
-// migration configuration in force now (bandwidth, timeouts, post-copy…),
-// which virt-handler applies to this migration, as KubeVirt's
-// handleTargetPodHandoff writes it; and, with the VmiMemoryOverheadReport
-// gate, the target pod's memory overhead.
+// migration, the source and the target, and carries the migration
+// configuration in force now (bandwidth, timeouts, post-copy…: the KubeVirt
+// CR's, with what the VMI's MigrationPolicy sets in its place, and the
+// policy's name), which virt-handler applies to this migration, as
+// KubeVirt's handleTargetPodHandoff writes it; and, with the
+// VmiMemoryOverheadReport gate, the target pod's memory overhead.
 func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pod, source *corev1.Pod) error {
 	cluster := c.env.ClusterConfig.Current()
+	config, policy, err := c.migrationConfiguration(vmi)
+	if err != nil {
+		return err
+	}
 	state := &virtv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: pod.Spec.NodeName, TargetPod: pod.Name,
-		MigrationConfiguration: cluster.Migrations(),
+		MigrationConfiguration: config, MigrationPolicyName: policy,
 	}
 	if source != nil {
 		state.SourcePod = source.Name

@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
+	migrationsv1 "kubevirt.io/api/migrations/v1alpha1"
 
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
@@ -39,6 +40,14 @@ type fixture struct {
 
 func newFixture(t *testing.T, kubeObjects []runtime.Object, kvObjects ...runtime.Object) *fixture {
 	t.Helper()
+	// The VMIs' namespace, whose labels may select a MigrationPolicy.
+	kubeObjects = append(kubeObjects, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: "default", Labels: map[string]string{corev1.LabelMetadataName: "default", "tier": "gold"},
+	}})
+	// The source node, whose CPU the target's must be like.
+	if !slices.ContainsFunc(kubeObjects, func(o runtime.Object) bool { n, ok := o.(*corev1.Node); return ok && n.Name == "node-1" }) {
+		kubeObjects = append(kubeObjects, sourceNode(nil))
+	}
 	f, c := shardedtest.StartController(t, "migration", func(env *sharded.Env, rt *sharded.Runtime) (*Controller, *sharded.Controller, error) {
 		c, err := newController(env, rt, DefaultOptions())
 		if err != nil {
@@ -73,8 +82,13 @@ func runningVMI() *virtv1.VirtualMachineInstance {
 		Spec: virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{Resources: virtv1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 		}}},
-		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running, NodeName: "node-1"},
+		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running, NodeName: "node-1", SelinuxContext: "none"},
 	}
+}
+
+// sourceNode is node-1, where the VMIs run, with labels.
+func sourceNode(labels map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: labels}}
 }
 
 // sourcePod is vmi's running launcher pod.
@@ -211,6 +225,45 @@ func TestSyncOfARangeNoLongerHeldSendsNothing(t *testing.T) {
 func TestSyncHandsARunningTargetPodOffToTheNodes(t *testing.T) {
 	m, vmi := newMigration(), runningVMI()
 	f := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, m, vmi)
+	handOff := f.handOff(t, m, vmi)
+	for _, want := range []string{`"migrationState"`, `"targetNode":"node-2"`, `"resourceVersion":"7"`, `"bandwidthPerMigration":"0"`} {
+		if !strings.Contains(handOff, want) {
+			t.Errorf("hand-off patch %q lacks %s", handOff, want)
+		}
+	}
+	if strings.Contains(handOff, `"migrationPolicyName":"`) {
+		t.Errorf("hand-off patch %q names a MigrationPolicy, none exists", handOff)
+	}
+}
+
+// A migration hands over the configuration of the MigrationPolicy that
+// matches its VMI and namespace, over the KubeVirt CR's, and the policy's
+// name, as KubeVirt's handleTargetPodHandoff does.
+func TestSyncHandsOverTheMatchingMigrationPolicy(t *testing.T) {
+	m, vmi := newMigration(), runningVMI()
+	vmi.Labels = map[string]string{"app": "db"}
+	policy := func(name string, vmiSel, nsSel map[string]string, bandwidth string) *migrationsv1.MigrationPolicy {
+		return &migrationsv1.MigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: migrationsv1.MigrationPolicySpec{
+			Selectors:             &migrationsv1.Selectors{VirtualMachineInstanceSelector: vmiSel, NamespaceSelector: nsSel},
+			BandwidthPerMigration: ptr.To(resource.MustParse(bandwidth)),
+		}}
+	}
+	f := newFixture(t, []runtime.Object{sourcePod(t, vmi)}, m, vmi,
+		policy("by-app", map[string]string{"app": "db"}, nil, "32Mi"),
+		policy("by-app-and-tier", map[string]string{"app": "db"}, map[string]string{"tier": "gold"}, "64Mi"),
+		policy("other-app", map[string]string{"app": "web"}, nil, "16Mi"))
+	handOff := f.handOff(t, m, vmi)
+	for _, want := range []string{`"migrationPolicyName":"by-app-and-tier"`, `"bandwidthPerMigration":"64Mi"`, `"completionTimeoutPerGiB":150`} {
+		if !strings.Contains(handOff, want) {
+			t.Errorf("hand-off patch %q lacks %s", handOff, want)
+		}
+	}
+}
+
+// handOff runs m's target pod on node-2, syncs, and returns the hand-off
+// patch of the VMI.
+func (f *fixture) handOff(t *testing.T, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance) string {
+	t.Helper()
 	if err := f.sync(t, m, vmi); err != nil {
 		t.Fatal(err)
 	}
@@ -251,11 +304,7 @@ func TestSyncHandsARunningTargetPodOffToTheNodes(t *testing.T) {
 			handOff = string(p.GetPatch())
 		}
 	}
-	for _, want := range []string{`"migrationState"`, `"targetNode":"node-2"`, `"resourceVersion":"7"`} {
-		if !strings.Contains(handOff, want) {
-			t.Errorf("hand-off patch %q lacks %s", handOff, want)
-		}
-	}
+	return handOff
 }
 
 // inPhase is m as it is once the controller took it to phase, its source

@@ -40,6 +40,8 @@ var managed = []generator{
 	// The KubeVirt CR, whose spec.configuration the replicas follow
 	// (controllers/clusterconfig).
 	components.NewKubeVirtCrd,
+	// The MigrationPolicies whose configuration a migration carries.
+	components.NewMigrationPolicyCrd,
 }
 
 // others are the rest of what virt-operator installs: the CRDs of its
@@ -49,7 +51,7 @@ var others = []generator{
 	components.NewPresetCrd,
 	components.NewVirtualMachineSnapshotCrd, components.NewVirtualMachineSnapshotContentCrd,
 	components.NewVirtualMachineRestoreCrd,
-	components.NewMigrationPolicyCrd, components.NewVirtualMachineExportCrd,
+	components.NewVirtualMachineExportCrd,
 	components.NewVirtualMachineCloneCrd, components.NewVirtualMachineBackupCrd,
 	components.NewVirtualMachineBackupTrackerCrd,
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/gentype"
 	k8stesting "k8s.io/client-go/testing"
 	virtv1 "kubevirt.io/api/core/v1"
+	migrationsv1 "kubevirt.io/api/migrations/v1alpha1"
 	poolv1 "kubevirt.io/api/pool/v1beta1"
 
 	"github.com/virtshard/virtshard/client/kubevirt"
@@ -121,6 +122,22 @@ func (c *Clientset) Pools(namespace string) kubevirt.PoolInterface {
 		func(dst, src *poolv1.VirtualMachinePoolList) { dst.ListMeta = src.ListMeta },
 		func(list *poolv1.VirtualMachinePoolList) []*poolv1.VirtualMachinePool { return pointers(list.Items) },
 		func(list *poolv1.VirtualMachinePoolList, items []*poolv1.VirtualMachinePool) {
+			list.Items = values(items)
+		},
+	)
+}
+
+// MigrationPolicies implements kubevirt.Interface.
+func (c *Clientset) MigrationPolicies() kubevirt.MigrationPolicyInterface {
+	return gentype.NewFakeClientWithList(&c.Fake, "",
+		migrationsv1.SchemeGroupVersion.WithResource("migrationpolicies"), migrationsv1.SchemeGroupVersion.WithKind("MigrationPolicy"),
+		func() *migrationsv1.MigrationPolicy { return &migrationsv1.MigrationPolicy{} },
+		func() *migrationsv1.MigrationPolicyList { return &migrationsv1.MigrationPolicyList{} },
+		func(dst, src *migrationsv1.MigrationPolicyList) { dst.ListMeta = src.ListMeta },
+		func(list *migrationsv1.MigrationPolicyList) []*migrationsv1.MigrationPolicy {
+			return pointers(list.Items)
+		},
+		func(list *migrationsv1.MigrationPolicyList, items []*migrationsv1.MigrationPolicy) {
 			list.Items = values(items)
 		},
 	)

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
+	migrationsv1 "kubevirt.io/api/migrations/v1alpha1"
 	poolv1 "kubevirt.io/api/pool/v1beta1"
 
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
@@ -149,7 +150,8 @@ func Start(t testing.TB, decl sharded.Declaration, c Cluster) *Fixture {
 	var kubeObjects, kvObjects, unstructuredObjects []runtime.Object
 	for _, obj := range c.Objects {
 		switch obj.(type) {
-		case *virtv1.VirtualMachineInstance, *virtv1.VirtualMachine, *virtv1.VirtualMachineInstanceMigration, *virtv1.VirtualMachineInstanceReplicaSet, *poolv1.VirtualMachinePool:
+		case *virtv1.VirtualMachineInstance, *virtv1.VirtualMachine, *virtv1.VirtualMachineInstanceMigration, *virtv1.VirtualMachineInstanceReplicaSet, *poolv1.VirtualMachinePool,
+			*migrationsv1.MigrationPolicy:
 			kvObjects = append(kvObjects, obj)
 		case *unstructured.Unstructured:
 			unstructuredObjects = append(unstructuredObjects, obj)
