@@ -61,6 +61,13 @@ func TestWritesGoalCountsTheReadinessGatePatch(t *testing.T) {
 	if g := writesGoal(r); !g.met {
 		t.Errorf("goal %+v, want met at 2.50 with a kubelet", g)
 	}
+	// The node label patched alone where kwok set the gate would have
+	// ridden in the kubelet's gate patch: no write more.
+	r.WritesPerVMI = WritesPerVMI{Total: 3, ByVerbResource: map[string]float64{"create pods": 1, "patch pods": 0.88,
+		"patch pods/status": 0.12, "patch virtualmachineinstances": 1}}
+	if g := writesGoal(r); g.met || !strings.Contains(g.measured, "with a kubelet, 3.00") {
+		t.Errorf("goal %+v, want missed at 3.00 with a kubelet", g)
+	}
 }
 
 func TestAScaleRunStoppedForMemoryMissesItsGoal(t *testing.T) {

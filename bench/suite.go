@@ -276,13 +276,17 @@ func againstKubeVirt(r, kv *Report) []goal {
 // writesGoal judges issue 16's goal of at most 2.5 controller writes per
 // VMI. kwok sets the launcher pod's readiness gate itself when it starts the
 // pod, which spares the controller its pod status patch for some pods; no
-// kubelet does, so the goal is judged with one such patch per VMI.
+// kubelet does, so the goal is judged with one such patch per VMI. The pod's
+// node label rides in that patch; where kwok spared it, the label went in a
+// pod patch of its own, which a kubelet's gate patch would have carried.
 func writesGoal(r *Report) goal {
 	podStatus := r.WritesPerVMI.ByVerbResource["patch pods/status"]
-	withKubelet := r.WritesPerVMI.Total - podStatus + 1
+	spared := 1 - podStatus
+	alone := min(r.WritesPerVMI.ByVerbResource["patch pods"], max(spared, 0))
+	withKubelet := r.WritesPerVMI.Total + spared - alone
 	return goal{"throughput: controller writes per VMI", "≤ 2.5",
-		fmt.Sprintf("%.2f (%.0f writes for %d VMIs; %.2f pod status patches: kwok set the other readiness gates itself; with a kubelet, %.2f)",
-			r.WritesPerVMI.Total, r.WritesPerVMI.Total*float64(r.VMIs), r.VMIs, podStatus, withKubelet),
+		fmt.Sprintf("%.2f (%.0f writes for %d VMIs; %.2f pod status patches: kwok set the other readiness gates itself, and %.2f pod patches carried the node label alone; with a kubelet, %.2f)",
+			r.WritesPerVMI.Total, r.WritesPerVMI.Total*float64(r.VMIs), r.VMIs, podStatus, alone, withKubelet),
 		withKubelet <= 2.5}
 }
 
