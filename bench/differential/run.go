@@ -149,6 +149,7 @@ var groupOf = map[string]string{
 	"DataVolume":                       "cdi.kubevirt.io",
 	"PodDisruptionBudget":              "policy",
 	"ControllerRevision":               "apps",
+	"MigrationPolicy":                  "migrations.kubevirt.io",
 }
 
 func (r *Runner) client(ns string, gvr schema.GroupVersionResource, namespaced bool) dynamic.ResourceInterface {
