@@ -50,9 +50,15 @@ func newCIDAllocator(count int, read func(context.Context, int) ([]*virtv1.Virtu
 	return &cidAllocator{count: count, read: read, ranges: map[int]*rangeCIDs{}}
 }
 
+// lastCID is the highest CID given. CIDs are 32 bits, but the VMI CRD
+// says status.VSOCKCID is an int32, and the API server refuses the higher
+// half (KubeVirt draws from all 32 bits, and half of its draws are
+// refused: a VMI so drawn stays in Scheduling).
+const lastCID = math.MaxInt32
+
 // block is range rng's CIDs: [first, first+size).
 func (a *cidAllocator) block(rng int) (first, size uint64) {
-	size = (math.MaxUint32 - firstCID + 1) / uint64(a.count)
+	size = (lastCID - firstCID + 1) / uint64(a.count)
 	return firstCID + uint64(rng)*size, size
 }
 

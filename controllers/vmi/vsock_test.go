@@ -32,8 +32,8 @@ func vsockVMI(name, uid string) *virtv1.VirtualMachineInstance {
 	return v
 }
 
-// The ranges' blocks cut the CIDs a guest may have (3 up) without overlap
-// or gap, whatever the range count.
+// The ranges' blocks cut the CIDs a guest may have and the CRD takes (3
+// to 2^31-1) without overlap or gap, whatever the range count.
 func TestCIDBlocksCoverTheCIDsOnce(t *testing.T) {
 	for _, count := range []int{1, 3, 64, 1000} {
 		a := newCIDAllocator(count, nil)
@@ -45,8 +45,9 @@ func TestCIDBlocksCoverTheCIDsOnce(t *testing.T) {
 			}
 			next = first + size
 		}
-		if next-1 > math.MaxUint32 || math.MaxUint32-(next-1) >= uint64(count) {
-			t.Errorf("%d ranges: the blocks end at %d, want within %d of %d", count, next-1, count, uint64(math.MaxUint32))
+		// The VMI CRD takes CIDs up to the int32 maximum.
+		if next-1 > math.MaxInt32 || math.MaxInt32-(next-1) >= uint64(count) {
+			t.Errorf("%d ranges: the blocks end at %d, want within %d of %d", count, next-1, count, math.MaxInt32)
 		}
 	}
 }
@@ -116,6 +117,9 @@ func TestRangesGiveDisjointCIDs(t *testing.T) {
 		}
 		if prev, dup := seen[cid]; dup {
 			t.Fatalf("ranges %d and %d both gave CID %d", prev, rng, cid)
+		}
+		if cid < firstCID || cid > math.MaxInt32 {
+			t.Errorf("range %d gave CID %d, which the VMI CRD (int32) refuses or a host has", rng, cid)
 		}
 		seen[cid] = rng
 	}
