@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 )
@@ -287,4 +288,51 @@ func setPhaseTransition(s *virtv1.VirtualMachineInstanceStatus, now metav1.Time)
 	}
 	s.PhaseTransitionTimestamps = append(s.PhaseTransitionTimestamps,
 		virtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: s.Phase, PhaseTransitionTimestamp: now})
+}
+
+// hotplugged is what the target's virt-handler reports once it plugged in
+// the vCPUs and guest memory a VMI marked VCPUChange or MemoryChange asks
+// for (hotplugCPU, hotplugMemory in virt-handler's migration-target.go):
+// the new topology and memory, the marks and the labels the migration
+// controller left for it gone. Memory the launcher pod was not given
+// enough for is refused, as virt-handler refuses it.
+func hotplugged(vmi *virtv1.VirtualMachineInstance) {
+	if hasCondition(vmi, virtv1.VirtualMachineInstanceVCPUChange) {
+		cpu := vmi.Spec.Domain.CPU
+		vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: cpu.Sockets, Cores: cpu.Cores, Threads: cpu.Threads}
+		removeCondition(vmi, virtv1.VirtualMachineInstanceVCPUChange)
+	}
+	delete(vmi.Labels, virtv1.VirtualMachinePodCPULimitsLabel)
+	if hasCondition(vmi, virtv1.VirtualMachineInstanceMemoryChange) {
+		removeCondition(vmi, virtv1.VirtualMachineInstanceMemoryChange)
+		if memoryFits(vmi) {
+			guest := vmi.Spec.Domain.Memory.Guest.DeepCopy()
+			vmi.Status.Memory.GuestRequested, vmi.Status.Memory.GuestCurrent = &guest, &guest
+		}
+	}
+	delete(vmi.Labels, virtv1.VirtualMachinePodMemoryRequestsLabel)
+	delete(vmi.Labels, virtv1.MemoryHotplugOverheadRatioLabel)
+}
+
+// memoryFits: the target pod's memory request, which the migration
+// controller labelled the VMI with, holds the VMI's request and the
+// target's overhead.
+func memoryFits(vmi *virtv1.VirtualMachineInstance) bool {
+	given, err := resource.ParseQuantity(vmi.Labels[virtv1.VirtualMachinePodMemoryRequestsLabel])
+	if err != nil || vmi.Status.Memory == nil || vmi.Spec.Domain.Memory == nil || vmi.Spec.Domain.Memory.Guest == nil {
+		return false
+	}
+	needed := vmi.Spec.Domain.Resources.Requests.Memory().DeepCopy()
+	if ms := vmi.Status.MigrationState; ms != nil && ms.TargetMemoryOverhead != nil {
+		needed.Add(*ms.TargetMemoryOverhead)
+	}
+	return given.Cmp(needed) >= 0
+}
+
+func hasCondition(vmi *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) bool {
+	return slices.ContainsFunc(vmi.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool { return c.Type == t })
+}
+
+func removeCondition(vmi *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) {
+	vmi.Status.Conditions = slices.DeleteFunc(vmi.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool { return c.Type == t })
 }

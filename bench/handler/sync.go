@@ -174,6 +174,9 @@ func (a *agent) syncTarget(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 		vmi.Status.MigrationTransport = virtv1.MigrationTransportUnix
 		return 0, a.update(ctx, vmi, reasonMigrated, corev1.EventTypeNormal, fmt.Sprintf("The VirtualMachineInstance migrated to node %s.", a.node))
 	default:
+		// virt-handler's finalizeMigration: what the VMI asked to plug
+		// in is plugged in on the target before it says completed.
+		hotplugged(vmi)
 		ms.Completed = true
 		return 0, a.update(ctx, vmi, "", "", "")
 	}

@@ -542,3 +542,36 @@ func TestMigratabilityFollowsVirtHandler(t *testing.T) {
 		t.Errorf("a VMI with Hyper-V passthrough: %+v", c)
 	}
 }
+
+// TestAMigrationPlugsInWhatTheVMIAsksFor: the target, finishing a
+// migration, takes the VMI's new sockets and guest memory and removes the
+// marks and labels; memory the target pod was given too little for is
+// refused (the mark goes, the guest keeps what it had).
+func TestAMigrationPlugsInWhatTheVMIAsksFor(t *testing.T) {
+	for _, tc := range []struct {
+		given string
+		fits  bool
+	}{{"3Gi", true}, {"1Gi", false}} {
+		vmi := scheduledVMI()
+		vmi.Spec.Domain.CPU = &virtv1.CPU{Sockets: 3, Cores: 2, Threads: 1}
+		vmi.Spec.Domain.Memory = &virtv1.Memory{Guest: ptr.To(resource.MustParse("3Gi"))}
+		vmi.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("3Gi")}
+		vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: 2, Cores: 2, Threads: 1}
+		vmi.Status.Memory = &virtv1.MemoryStatus{GuestRequested: ptr.To(resource.MustParse("2Gi")), GuestCurrent: ptr.To(resource.MustParse("2Gi"))}
+		vmi.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{
+			{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue},
+			{Type: virtv1.VirtualMachineInstanceMemoryChange, Status: corev1.ConditionTrue},
+		}
+		vmi.Labels[virtv1.VirtualMachinePodMemoryRequestsLabel] = tc.given
+		hotplugged(vmi)
+		if len(vmi.Status.Conditions) != 0 || vmi.Labels[virtv1.VirtualMachinePodMemoryRequestsLabel] != "" {
+			t.Errorf("given %s: conditions %+v, labels %v; want the marks gone", tc.given, vmi.Status.Conditions, vmi.Labels)
+		}
+		if vmi.Status.CurrentCPUTopology.Sockets != 3 {
+			t.Errorf("given %s: topology %+v, want 3 sockets", tc.given, vmi.Status.CurrentCPUTopology)
+		}
+		if got := vmi.Status.Memory.GuestRequested.String(); (got == "3Gi") != tc.fits {
+			t.Errorf("given %s: guest requested %s, fits %v", tc.given, got, tc.fits)
+		}
+	}
+}

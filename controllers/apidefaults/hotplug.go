@@ -65,27 +65,47 @@ func prepareMemoryHotplug(spec *virtv1.VirtualMachineInstanceSpec, cfg configVie
 	mem.MaxGuest = maxGuest
 }
 
-// canHotplugMemory is pkg/liveupdate/memory's ValidateLiveUpdateMemory as a
-// predicate: virt-api only logs why memory hotplug is off.
+// canHotplugMemory: virt-api only logs why memory hotplug is off.
 func canHotplugMemory(spec *virtv1.VirtualMachineInstanceSpec, maxGuest *resource.Quantity) bool {
+	return MemoryHotplugRefusal(spec, maxGuest) == ""
+}
+
+// MemoryHotplugRefusal says why a VMI with spec cannot hotplug memory up to
+// maxGuest, in pkg/liveupdate/memory's words (ValidateLiveUpdateMemory);
+// empty when it can. The VM controller puts the words in RestartRequired.
+func MemoryHotplugRefusal(spec *virtv1.VirtualMachineInstanceSpec, maxGuest *resource.Quantity) string {
 	domain := &spec.Domain
-	if cpu := domain.CPU; cpu != nil && (cpu.Realtime != nil || (cpu.NUMA != nil && cpu.NUMA.GuestMappingPassthrough != nil)) {
-		return false
+	if cpu := domain.CPU; cpu != nil && cpu.Realtime != nil {
+		return "Memory hotplug is not compatible with realtime VMs"
+	}
+	if cpu := domain.CPU; cpu != nil && cpu.NUMA != nil && cpu.NUMA.GuestMappingPassthrough != nil {
+		return "Memory hotplug is not compatible with guest mapping passthrough"
 	}
 	if domain.LaunchSecurity != nil {
-		return false
-	}
-	if domain.Memory == nil || domain.Memory.Guest == nil || maxGuest == nil {
-		return false
+		return "Memory hotplug is not compatible with encrypted VMs"
 	}
 	block := hotplugBlockBytes
-	if domain.Memory.Hugepages != nil && domain.Memory.Hugepages.PageSize == "1Gi" {
+	if domain.Memory != nil && domain.Memory.Hugepages != nil && domain.Memory.Hugepages.PageSize == "1Gi" {
 		block = hotplugBlock1GiBytes
 	}
+	if domain.Memory == nil || domain.Memory.Guest == nil {
+		return "Guest memory must be configured when memory hotplug is enabled"
+	}
+	if maxGuest == nil {
+		return "Max guest memory must be configured when memory hotplug is enabled"
+	}
 	guest := domain.Memory.Guest
-	return guest.Cmp(*maxGuest) <= 0 &&
-		guest.Value()%block == 0 &&
-		maxGuest.Value()%block == 0 &&
-		spec.Architecture == archAMD64 &&
-		guest.Value() >= minHotplugGuestBytes
+	switch {
+	case guest.Cmp(*maxGuest) > 0:
+		return "Guest memory is greater than the configured maxGuest memory"
+	case guest.Value()%block != 0:
+		return "Guest memory must be " + resource.NewQuantity(block, resource.BinarySI).String() + " aligned"
+	case maxGuest.Value()%block != 0:
+		return "MaxGuest must be " + resource.NewQuantity(block, resource.BinarySI).String() + " aligned"
+	case spec.Architecture != archAMD64:
+		return "Memory hotplug is only available for x86_64 VMs"
+	case guest.Value() < minHotplugGuestBytes:
+		return "Memory hotplug is only available for VMs with at least 1Gi of guest memory"
+	}
+	return ""
 }

@@ -259,7 +259,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			if err := c.stampTargetReady(ctx, it, s.pod, ms); err != nil {
 				return 0, err
 			}
-			if ms.Completed && !ms.Failed {
+			if ms.Completed && !ms.Failed && !hotplugPending(vmi) {
 				next = virtv1.MigrationSucceeded
 			}
 		}
@@ -501,8 +501,9 @@ func podReady(pod *corev1.Pod) bool {
 // configuration in force now (bandwidth, timeouts, post-copy…: the KubeVirt
 // CR's, with what the VMI's MigrationPolicy sets in its place, and the
 // policy's name), which virt-handler applies to this migration, as
-// KubeVirt's handleTargetPodHandoff writes it; and, with the
-// VmiMemoryOverheadReport gate, the target pod's memory overhead.
+// KubeVirt's handleTargetPodHandoff writes it; with the
+// VmiMemoryOverheadReport gate, the target pod's memory overhead; and for
+// a hotplug, what the target pod was given (hotplugLabels).
 func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pod, source *corev1.Pod) error {
 	cluster := c.env.ClusterConfig.Current()
 	config, policy, err := c.migrationConfiguration(vmi)
@@ -523,10 +524,15 @@ func (c *Controller) handOff(ctx context.Context, it item, m *virtv1.VirtualMach
 	if err != nil {
 		return err
 	}
+	labels, err := c.hotplugLabels(ctx, vmi, pod)
+	if err != nil {
+		return fmt.Errorf("hand migration %s to the nodes: %w", it.Key, err)
+	}
+	labels[virtv1.MigrationTargetNodeNameLabel] = pod.Spec.NodeName
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{
 			"resourceVersion": vmi.ResourceVersion,
-			"labels":          map[string]string{virtv1.MigrationTargetNodeNameLabel: pod.Spec.NodeName},
+			"labels":          labels,
 		},
 		"status": map[string]any{"migrationState": replaced},
 	})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,16 +13,16 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
-// Under the LiveUpdate rollout, a running VMI takes its VM's new node
-// selector, affinity and tolerations without a restart: KubeVirt v1.8.1's
-// VM controller patches them into the VMI's spec
-// (handleAffinityChangeRequest, handleTolerationsChangeRequest in
-// pkg/virt-controller/watch/vm/vm.go), unless the VM needs a restart
-// anyway, and refuses while the VMI migrates. virtshard does the same;
-// CPU socket and guest memory changes, which KubeVirt applies by
-// migrating, are not done yet.
+// Under the LiveUpdate rollout, a running VMI takes its VM's new CPU
+// sockets and guest memory (hotplug.go), node selector, affinity and
+// tolerations without a restart: KubeVirt v1.8.1's VM controller patches
+// them into the VMI's spec (handleCPUChangeRequest,
+// handleAffinityChangeRequest, handleTolerationsChangeRequest,
+// handleMemoryHotplugRequest in pkg/virt-controller/watch/vm/vm.go), unless
+// the VM needs a restart anyway, and refuses while the VMI migrates.
 
 // Reasons of the VM's Failure condition when a live change must wait.
 const (
@@ -40,12 +39,6 @@ func (c *Controller) liveChangesApply(o *observed) bool {
 		!c.env.ClusterConfig.Current().IsVMRolloutStrategyLiveUpdate() {
 		return false
 	}
-	// KubeVirt applies the instance type and preference to the template
-	// before it takes live fields to the VMI; virtshard does not take the
-	// live fields of such a VM to its VMI yet (LiveUpdate, issue 31).
-	if o.vm.Spec.Instancetype != nil || o.vm.Spec.Preference != nil {
-		return false
-	}
 	switch o.restart {
 	case restartRequired:
 		return false
@@ -55,14 +48,47 @@ func (c *Controller) liveChangesApply(o *observed) bool {
 	return !slices.ContainsFunc(o.vm.Status.Conditions, isRestartRequired)
 }
 
-// applyLiveChanges patches the VMI's node selector, affinity and
-// tolerations to the template's where they differ.
+// applyLiveChanges takes the template's live fields to the VMI, in
+// KubeVirt's order: CPU sockets, placement, guest memory, and a
+// receiver's volumes.
 func (c *Controller) applyLiveChanges(ctx context.Context, it item, o *observed) error {
+	// CPU and memory are judged with the instance type and preference
+	// applied, as KubeVirt does.
+	expanded, typed := o.vm, o.vm.Spec.Instancetype != nil || o.vm.Spec.Preference != nil
+	if typed {
+		var ok bool
+		if expanded, ok = applied(o.vm, o.resolved); !ok {
+			return nil
+		}
+	}
+	if err := c.hotplugCPU(ctx, it, o, &expanded.Spec.Template.Spec); err != nil {
+		return err
+	}
+	// KubeVirt takes the placement from the template as written, which
+	// would drop an instance type's node selector from the VMI: virtshard
+	// leaves the placement of such a VM's VMI alone.
+	if !typed {
+		if err := c.applyPlacement(ctx, it, o); err != nil {
+			return err
+		}
+	}
+	if err := c.hotplugMemory(ctx, it, o, &expanded.Spec.Template.Spec); err != nil {
+		return err
+	}
+	if o.strategy == virtv1.RunStrategyWaitAsReceiver {
+		return c.describeReceivedVolumes(ctx, it, o)
+	}
+	return nil
+}
+
+// applyPlacement patches the VMI's node selector, affinity and
+// tolerations to the template's where they differ.
+func (c *Controller) applyPlacement(ctx context.Context, it item, o *observed) error {
 	tmpl, vmi := &o.vm.Spec.Template.Spec, o.vmi
 	selector := !equality.Semantic.DeepEqual(tmpl.NodeSelector, vmi.Spec.NodeSelector)
 	affinity := !equality.Semantic.DeepEqual(tmpl.Affinity, vmi.Spec.Affinity)
 	tolerations := !equality.Semantic.DeepEqual(tmpl.Tolerations, vmi.Spec.Tolerations)
-	migrating := migrationRunning(vmi, c.env.Clock.Now())
+	migrating := vmistatus.Migrating(vmi, c.env.Clock.Now())
 	if migrating && (selector || affinity) {
 		return &syncError{reason: ReasonAffinityChange, silent: true,
 			message: "Error encountered while handling node affinity change request: Node affinity should not be changed during VMI migration"}
@@ -78,26 +104,13 @@ func (c *Controller) applyLiveChanges(ctx context.Context, it item, o *observed)
 		ops = append(ops, replaceOps("/spec/tolerations", vmi.Spec.Tolerations == nil, vmi.Spec.Tolerations, tmpl.Tolerations, tmpl.Tolerations == nil)...)
 	}
 	if len(ops) > 0 {
-		body, err := json.Marshal(ops)
-		if err != nil {
-			return err
-		}
-		updated, ok, err := sharded.SendPatch(ctx, c.rt.Writer, it.Range, body, func(ctx context.Context, body []byte) (*virtv1.VirtualMachineInstance, error) {
-			return c.env.KubeVirt.VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.JSONPatchType, body, metav1.PatchOptions{})
-		})
-		if err != nil {
+		if err := c.patchVMISpec(ctx, it, o, ops); err != nil {
 			return fmt.Errorf("apply the live changes of VM %s to its VMI: %w", it.Key, err)
-		}
-		if ok {
-			o.vmi = updated
 		}
 	}
 	if tolerations && migrating {
 		return &syncError{reason: ReasonTolerationsChange, silent: true,
 			message: "Error encountered while handling tolerations change request: tolerations should not be changed during VMI migration"}
-	}
-	if o.strategy == virtv1.RunStrategyWaitAsReceiver {
-		return c.describeReceivedVolumes(ctx, it, o)
 	}
 	return nil
 }
@@ -169,14 +182,4 @@ func replaceOps(path string, absent bool, have, want any, remove bool) []jsonPat
 		return []jsonPatchOp{{Op: "add", Path: path, Value: want}}
 	}
 	return []jsonPatchOp{{Op: "test", Path: path, Value: have}, {Op: "replace", Path: path, Value: want}}
-}
-
-// migrationRunning reports a migration that has started and not ended by
-// now (KubeVirt's migrations.IsMigrating).
-func migrationRunning(vmi *virtv1.VirtualMachineInstance, now time.Time) bool {
-	m := vmi.Status.MigrationState
-	if m == nil || m.StartTimestamp == nil || now.Before(m.StartTimestamp.Time) {
-		return false
-	}
-	return m.EndTimestamp == nil || now.Before(m.EndTimestamp.Time)
 }

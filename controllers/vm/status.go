@@ -69,13 +69,21 @@ func (c *Controller) status(o observed, syncErr *syncError) virtv1.VirtualMachin
 	status.Conditions = conditions(vm, vmi, syncErr, now)
 	switch o.restart {
 	case restartRequired:
-		// Kept as it is once True, time included (KubeVirt's UpdateCondition).
+		// Kept as it is once True, time and message included (KubeVirt's
+		// UpdateCondition). A hotplug's condition KubeVirt removes and
+		// sets again on every sync, so its message follows the latest
+		// reason; virtshard keeps its time while the reason stays, where
+		// KubeVirt's moves with every sync.
+		why := restartMessage
+		if o.restartWhy != "" {
+			why = o.restartWhy
+		}
 		cond := virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue,
-			Message: restartMessage, LastTransitionTime: now}
+			Message: why, LastTransitionTime: now}
 		switch i := slices.IndexFunc(status.Conditions, isRestartRequired); {
 		case i < 0:
 			status.Conditions = append(status.Conditions, cond)
-		case status.Conditions[i].Status != cond.Status || status.Conditions[i].Reason != "":
+		case status.Conditions[i].Status != cond.Status || status.Conditions[i].Reason != "" || (o.restartWhy != "" && status.Conditions[i].Message != why):
 			status.Conditions[i] = cond
 		}
 	case restartNotRequired:

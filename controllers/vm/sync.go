@@ -51,8 +51,10 @@ type observed struct {
 	// creating and deleting: a VMI create or delete was sent and is not
 	// observed yet.
 	creating, deleting bool
-	// restart is what the sync says of the RestartRequired condition.
-	restart restartVerdict
+	// restart is what the sync says of the RestartRequired condition;
+	// restartWhy its message where not KubeVirt's general one.
+	restart    restartVerdict
+	restartWhy string
 	// volumes is what the VM's DataVolumes and claims say, for the
 	// printable status.
 	volumes volumeState

@@ -424,6 +424,9 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		} else if podStale(vmi, pod, pods) && !c.batcher.Pending(it.Key, vmi.UID) {
 			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, followingPod(c.observe(pod, pods)))
 		}
+		if ratio := c.env.ClusterConfig.Current().AdditionalGuestMemoryOverheadRatio(); hotplugUnmarked(vmi, ratio) && !c.batcher.Pending(it.Key, vmi.UID) {
+			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, markHotplug(ratio))
+		}
 	default:
 		// Scheduling is already on its way if anything is pending for the
 		// VMI: a second lazy intent could only pull its write forward.

@@ -1,0 +1,64 @@
+package vmi
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/template"
+)
+
+// A running VMI whose spec asks for more sockets or guest memory than it
+// runs with is marked VCPUChange and MemoryChange (True, as KubeVirt
+// writes them: no time), the marks the workload updater migrates it for;
+// one that runs what it asks for is not.
+func TestSyncMarksAnAskedHotplug(t *testing.T) {
+	for _, asked := range []bool{true, false} {
+		t.Run(map[bool]string{true: "asked", false: "running what it asks"}[asked], func(t *testing.T) {
+			vmi := newVMI("a")
+			vmi.Status.Phase = virtv1.Running
+			vmi.Spec.Domain.CPU = &virtv1.CPU{Sockets: 2, Cores: 1, Threads: 1, MaxSockets: 4}
+			vmi.Spec.Domain.Memory = &virtv1.Memory{Guest: ptr.To(resource.MustParse("2Gi")), MaxGuest: ptr.To(resource.MustParse("8Gi"))}
+			vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: 2, Cores: 1, Threads: 1}
+			vmi.Status.Memory = &virtv1.MemoryStatus{GuestRequested: ptr.To(resource.MustParse("2Gi"))}
+			if asked {
+				vmi.Status.CurrentCPUTopology.Sockets = 1
+				vmi.Status.Memory.GuestRequested = ptr.To(resource.MustParse("1Gi"))
+			}
+			pod := runningLauncherPod(t, vmi)
+			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			// Nothing else to follow from the pod.
+			vmi.Status.ActivePods = map[types.UID]string{pod.UID: pod.Spec.NodeName}
+			for _, c := range pod.Spec.Containers {
+				if c.Name == template.ComputeContainer {
+					vmi.Status.LauncherContainerImageVersion = c.Image
+				}
+			}
+			f := newFixture(t, vmi, pod)
+			if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+				t.Fatal(err)
+			}
+			if !asked {
+				// The sync enqueues what it writes before it returns.
+				if f.c.batcher.Pending(f.item(vmi).Key, vmi.UID) {
+					t.Error("a status write is pending for a VMI that runs what it asks for")
+				}
+				return
+			}
+			f.WaitForKubeVirtWrites("patch virtualmachineinstances")
+			patch := string(f.KubeVirt.Actions()[len(f.KubeVirt.Actions())-1].(k8stesting.PatchAction).GetPatch())
+			for _, want := range []string{`"lastTransitionTime":null,"status":"True","type":"HotVCPUChange"}`, `"lastTransitionTime":null,"status":"True","type":"HotMemoryChange"}`} {
+				if !strings.Contains(patch, want) {
+					t.Errorf("patch %s: want %s", patch, want)
+				}
+			}
+		})
+	}
+}
