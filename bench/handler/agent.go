@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -128,6 +129,10 @@ func (a *agent) synced() bool {
 	return a.vmis.HasSynced() && a.targets.HasSynced() && a.pods.HasSynced()
 }
 
+// TSCFrequency is every simulated node's TSC frequency in Hz, as
+// virt-handler's node labeller reports a host's.
+const TSCFrequency int64 = 2_400_000_000
+
 // heartbeat writes the node's virt-handler heartbeat now and then every
 // interval, as virt-handler does: the node is schedulable for VMIs, and
 // virt-controller's node controller reads the time.
@@ -149,7 +154,12 @@ func (a *agent) heartbeat(ctx context.Context) {
 func (a *agent) beat(ctx context.Context) error {
 	now := a.h.opts.Clock.Now().UTC().Format(time.RFC3339)
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"labels":      map[string]string{virtv1.NodeSchedulable: "true"},
+		"labels": map[string]string{virtv1.NodeSchedulable: "true",
+			// virt-handler's node labeller's, for the TSC frequency hints.
+			virtv1.CPUTimerLabel + "tsc-frequency": strconv.FormatInt(TSCFrequency, 10),
+			virtv1.CPUTimerLabel + "tsc-scalable":  "false",
+			// A CPU feature every simulated host has: a VMI may require it.
+			virtv1.CPUFeatureLabel + "invtsc": "true"},
 		"annotations": map[string]string{virtv1.VirtHandlerHeartbeat: now},
 	}})
 	if err != nil {

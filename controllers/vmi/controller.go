@@ -147,6 +147,8 @@ func (c *Controller) declare() *sharded.Controller {
 	watches := []sharded.Watch{
 		sharded.On(kinds.VMIs, c.vmiEvents(), cache.Indexers{byClaim: claimIndex}),
 		sharded.On(kinds.LauncherPods, c.podEvents(), nil),
+		// The nodes' TSC frequencies, for a VMI's topology hint.
+		sharded.Reading(kinds.Nodes.Watch(nil)),
 		sharded.Across(kinds.Migrations, sharded.Events[*virtv1.VirtualMachineInstanceMigration]{
 			Route: func(m *virtv1.VirtualMachineInstanceMigration) []item {
 				return c.located(m.Namespace + "/" + m.Spec.VMIName)

@@ -20,6 +20,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/template"
+	"github.com/virtshard/virtshard/controllers/topology"
 	"github.com/virtshard/virtshard/controllers/vmistatus"
 	"github.com/virtshard/virtshard/shard"
 )
@@ -291,6 +292,9 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 				fmt.Sprintf("PVC %s/%s does not exist, waiting for it to appear", vmi.Namespace, claim))
 			return nil
 		}
+	}
+	if need := topology.NeedOf(cached); need != topology.NotNeeded && cached.Status.TopologyHints == nil {
+		return c.hint(it, cached, need) // the hint's write requeues the VMI
 	}
 	// As KubeVirt, with no event: the VMI's DataVolumesReady says why it
 	// waits, and the DataVolume informer requeues it when one changes.

@@ -7,6 +7,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/pool"
 	"github.com/virtshard/virtshard/controllers/replicaset"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/topology"
 	"github.com/virtshard/virtshard/controllers/vm"
 	"github.com/virtshard/virtshard/controllers/vmi"
 	"github.com/virtshard/virtshard/controllers/workloadupdate"
@@ -27,5 +28,6 @@ func (o *Options) declarations() []sharded.Declaration {
 		replicaset.Declare(),
 		pool.Declare(),
 		workloadupdate.Declare(workloadupdate.Options{MigrationLimits: o.Migration.Limits}),
+		topology.Declare(),
 	}
 }
