@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 	migrationsv1 "kubevirt.io/api/migrations/v1alpha1"
+	"slices"
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/shard"
@@ -169,6 +170,14 @@ func PodsOf(r *caches.Range, vmi *virtv1.VirtualMachineInstance) []*corev1.Pod {
 // PodFinished reports whether pod ran to its end (Succeeded or Failed).
 func PodFinished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// UnfinishedMigration reports whether the VMI has a migration that has not
+// ended (KubeVirt's ActiveMigrationExistsForVMI).
+func UnfinishedMigration(c *caches.Ranges, vmi *virtv1.VirtualMachineInstance) bool {
+	return slices.ContainsFunc(MigrationsOf(c, vmi.Namespace+"/"+vmi.Name), func(m *virtv1.VirtualMachineInstanceMigration) bool {
+		return !m.IsFinal()
+	})
 }
 
 // MigrationsOf returns the cached migrations of the VMI namespace/name.

@@ -13,7 +13,6 @@ import (
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/migration"
-	"github.com/virtshard/virtshard/controllers/sharded"
 	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
@@ -124,7 +123,7 @@ func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (
 			cannot = append(cannot, h)
 			continue
 		}
-		if hasUnfinishedMigration(c.env, vmi) || activePods(h) > 1 {
+		if kinds.UnfinishedMigration(c.env.Caches, vmi) || activePods(h) > 1 {
 			continue
 		}
 		candidates = append(candidates, h)
@@ -144,15 +143,6 @@ func migratesOnEviction(cfg *clusterconfig.Config, vmi *virtv1.VirtualMachineIns
 		return true
 	case virtv1.EvictionStrategyLiveMigrateIfPossible:
 		return vmistatus.Migratable(vmi)
-	}
-	return false
-}
-
-func hasUnfinishedMigration(env *sharded.Env, vmi *virtv1.VirtualMachineInstance) bool {
-	for _, m := range kinds.MigrationsOf(env.Caches, vmi.Namespace+"/"+vmi.Name) {
-		if !m.IsFinal() {
-			return true
-		}
 	}
 	return false
 }

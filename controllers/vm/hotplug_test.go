@@ -95,7 +95,7 @@ func TestSyncHotplugsCPUSockets(t *testing.T) {
 		name: "fewer sockets", vmi: running, change: sockets(1),
 		restart: "Reduction of CPU socket count requires a restart",
 	}, {
-		name: "arm64", vmi: running,
+		name: "another architecture", vmi: running,
 		change: func(s *virtv1.VirtualMachineInstanceSpec) { s.Domain.CPU.Sockets, s.Architecture = 3, "arm64" },
 		// The architecture itself is no live field.
 		restart: restartMessage,
@@ -106,6 +106,14 @@ func TestSyncHotplugsCPUSockets(t *testing.T) {
 			v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue})
 		},
 		failure: ReasonHotplugCPU,
+	}})
+	arm := func(s *virtv1.VirtualMachineInstanceSpec) {
+		start(s)
+		s.Architecture = "arm64"
+	}
+	runHotplugCases(t, arm, []hotplugCase{{
+		name: "arm64", vmi: running, change: sockets(3),
+		restart: "ARM doesn't support CPU hotplug",
 	}})
 }
 

@@ -324,7 +324,7 @@ func (c *Controller) createPod(ctx context.Context, it item, cached *virtv1.Virt
 	if len(temps) > 0 {
 		return nil // their deletion requeues the VMI
 	}
-	if c.activeMigration(vmi) {
+	if kinds.UnfinishedMigration(c.env.Caches, vmi) {
 		return nil // the migration informer requeues the VMI when it ends
 	}
 	created, err := c.createLauncherPod(ctx, it, cached, vmi, template.Render)
@@ -375,15 +375,6 @@ func (c *Controller) createLauncherPod(ctx context.Context, it item, cached, vmi
 	klog.FromContext(ctx).V(4).Info("Created launcher pod", "vmi", klog.KObj(cached), "pod", klog.KObj(created))
 	c.env.Recorder.Eventf(cached, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created virtual machine pod %s", created.Name)
 	return created, nil
-}
-
-func (c *Controller) activeMigration(vmi *virtv1.VirtualMachineInstance) bool {
-	for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
-		if !m.IsFinal() {
-			return true
-		}
-	}
-	return false
 }
 
 // followPod moves the VMI along with its launcher pod.
