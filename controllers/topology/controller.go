@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,12 +57,14 @@ func (c *Controller) declare() *sharded.Controller {
 	item := []sharded.Item{{Range: sharded.Cluster, Key: itemKey}}
 	return &sharded.Controller{
 		Watches: []sharded.Watch{
+			// Only a change of what the labels are computed from: every
+			// heartbeat updates every node.
 			sharded.Across(kinds.Nodes, sharded.Events[*corev1.Node]{Route: func(n *corev1.Node) []sharded.Item {
 				if _, ok := n.Labels[FrequencyLabel]; ok {
 					return item
 				}
 				return nil
-			}}, nil),
+			}, Changed: func(old, cur *corev1.Node) bool { return !maps.Equal(tscLabels(old), tscLabels(cur)) }}, nil),
 			// The frequencies in use are looked at every period, as
 			// KubeVirt's updater looks: a VMI handler in every range would
 			// cost more than it saves.
@@ -70,6 +73,17 @@ func (c *Controller) declare() *sharded.Controller {
 		},
 		Sync: c.sync,
 	}
+}
+
+// tscLabels are the labels of node the scheduling labels follow from.
+func tscLabels(node *corev1.Node) map[string]string {
+	out := map[string]string{}
+	for key, value := range node.Labels {
+		if key == FrequencyLabel || key == ScalableLabel || key == virtv1.NodeSchedulable || strings.HasPrefix(key, SchedulingLabel) {
+			out[key] = value
+		}
+	}
+	return out
 }
 
 func (c *Controller) sync(ctx context.Context, _ sharded.Item) (time.Duration, error) {

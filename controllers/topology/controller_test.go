@@ -3,6 +3,7 @@ package topology
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,5 +66,24 @@ func TestSyncPublishesAndLabels(t *testing.T) {
 	}
 	if v, ok := got.Metadata.Labels[SchedulingLabel+"-1000"]; !ok || v != nil {
 		t.Errorf("node patch %s: want the stale label removed", patch)
+	}
+}
+
+// A heartbeat, which updates every node every minute, queues no look at
+// the labels; a change of the node's frequency or schedulability does.
+func TestOnlyATSCRelevantNodeChangeQueues(t *testing.T) {
+	node := tscNode("n", "2400000000", false, true)
+	beat := node.DeepCopy()
+	beat.Annotations = map[string]string{virtv1.VirtHandlerHeartbeat: "now"}
+	beat.Labels["other"] = "x"
+	if !maps.Equal(tscLabels(node), tscLabels(beat)) {
+		t.Error("a heartbeat changes the TSC labels")
+	}
+	for _, key := range []string{FrequencyLabel, ScalableLabel, virtv1.NodeSchedulable, SchedulingLabel + "-1"} {
+		changed := node.DeepCopy()
+		changed.Labels[key] = "changed"
+		if maps.Equal(tscLabels(node), tscLabels(changed)) {
+			t.Errorf("a change of %s goes unseen", key)
+		}
 	}
 }
