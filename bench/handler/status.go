@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // What a simulated domain reports where a real one reports its host's
@@ -297,14 +299,14 @@ func setPhaseTransition(s *virtv1.VirtualMachineInstanceStatus, now metav1.Time)
 // controller left for it gone. Memory the launcher pod was not given
 // enough for is refused, as virt-handler refuses it.
 func hotplugged(vmi *virtv1.VirtualMachineInstance) {
-	if hasCondition(vmi, virtv1.VirtualMachineInstanceVCPUChange) {
+	if vmistatus.Condition(vmi, virtv1.VirtualMachineInstanceVCPUChange) != nil {
 		cpu := vmi.Spec.Domain.CPU
 		vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: cpu.Sockets, Cores: cpu.Cores, Threads: cpu.Threads}
-		removeCondition(vmi, virtv1.VirtualMachineInstanceVCPUChange)
+		vmistatus.RemoveCondition(vmi, virtv1.VirtualMachineInstanceVCPUChange)
 	}
 	delete(vmi.Labels, virtv1.VirtualMachinePodCPULimitsLabel)
-	if hasCondition(vmi, virtv1.VirtualMachineInstanceMemoryChange) {
-		removeCondition(vmi, virtv1.VirtualMachineInstanceMemoryChange)
+	if vmistatus.Condition(vmi, virtv1.VirtualMachineInstanceMemoryChange) != nil {
+		vmistatus.RemoveCondition(vmi, virtv1.VirtualMachineInstanceMemoryChange)
 		if memoryFits(vmi) {
 			guest := vmi.Spec.Domain.Memory.Guest.DeepCopy()
 			vmi.Status.Memory.GuestRequested, vmi.Status.Memory.GuestCurrent = &guest, &guest
@@ -327,12 +329,4 @@ func memoryFits(vmi *virtv1.VirtualMachineInstance) bool {
 		needed.Add(*ms.TargetMemoryOverhead)
 	}
 	return given.Cmp(needed) >= 0
-}
-
-func hasCondition(vmi *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) bool {
-	return slices.ContainsFunc(vmi.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool { return c.Type == t })
-}
-
-func removeCondition(vmi *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstanceConditionType) {
-	vmi.Status.Conditions = slices.DeleteFunc(vmi.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool { return c.Type == t })
 }

@@ -65,11 +65,3 @@ func (c *Controller) hotplugLabels(ctx context.Context, vmi *virtv1.VirtualMachi
 	}
 	return labels, nil
 }
-
-// hotplugPending: the migration carries a hotplug the target has not
-// finished, or a change that needs it, so it has not succeeded yet.
-func hotplugPending(vmi *virtv1.VirtualMachineInstance) bool {
-	return vmistatus.Condition(vmi, virtv1.VirtualMachineInstanceVCPUChange) != nil ||
-		vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceMemoryChange, corev1.ConditionTrue) ||
-		vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceMigrationRequired, corev1.ConditionTrue)
-}

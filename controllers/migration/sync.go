@@ -23,6 +23,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/patch"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // Finalizer keeps a migration until its permit is given back and its
@@ -259,7 +260,7 @@ func (c *Controller) advance(ctx context.Context, it item, s state) (time.Durati
 			if err := c.stampTargetReady(ctx, it, s.pod, ms); err != nil {
 				return 0, err
 			}
-			if ms.Completed && !ms.Failed && !hotplugPending(vmi) {
+			if ms.Completed && !ms.Failed && !vmistatus.HotplugPending(vmi) {
 				next = virtv1.MigrationSucceeded
 			}
 		}

@@ -203,7 +203,7 @@ func (c *Controller) publish(ctx context.Context) ([]int64, error) {
 				next.Data[key] = value
 			}
 		}
-		if len(next.Data) != len(cm.Data) || !mapsEqual(next.Data, cm.Data) {
+		if !maps.Equal(next.Data, cm.Data) {
 			// Unfenced, as a range's entry may be written by its last
 			// holder a moment after a handoff: the new holder writes it
 			// again within a period.
@@ -252,13 +252,4 @@ func unionOf(data map[string]string) []int64 {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }

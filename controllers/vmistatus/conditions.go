@@ -75,3 +75,15 @@ func ConditionIs(v *virtv1.VirtualMachineInstance, t virtv1.VirtualMachineInstan
 func Migratable(v *virtv1.VirtualMachineInstance) bool {
 	return ConditionIs(v, virtv1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
 }
+
+// HotplugPending: the VMI waits for a migration to take a change to its
+// node — a CPU hotplug (the condition, whatever its status), a memory
+// hotplug, or another change that needs one. The workload updater
+// migrates such a VMI, and its migration succeeds only once the target has
+// taken the change (KubeVirt's isHotplugInProgress and the migration
+// controller's Succeeded check).
+func HotplugPending(v *virtv1.VirtualMachineInstance) bool {
+	return ConditionIs(v, virtv1.VirtualMachineInstanceVCPUChange, "") ||
+		ConditionIs(v, virtv1.VirtualMachineInstanceMemoryChange, corev1.ConditionTrue) ||
+		ConditionIs(v, virtv1.VirtualMachineInstanceMigrationRequired, corev1.ConditionTrue)
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/sharded"
+	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
 // KubeVirt's workload updater's constants
@@ -141,7 +142,7 @@ func (c *Controller) noticed(vmi *virtv1.VirtualMachineInstance) bool {
 	_, aborted := vmi.Annotations[virtv1.WorkloadUpdateMigrationAbortionAnnotation]
 	image := vmi.Status.LauncherContainerImageVersion
 	return labelled || aborted || image != "" && (image != c.env.Template.LauncherImage || vmi.IsFinal()) ||
-		vmi.DeletionTimestamp != nil || hotplugPending(vmi) || volumesChangePending(vmi)
+		vmi.DeletionTimestamp != nil || vmistatus.HotplugPending(vmi) || volumesChangePending(vmi)
 }
 
 func (c *Controller) sync(ctx context.Context, _ sharded.Item) (time.Duration, error) {
@@ -349,7 +350,7 @@ func workloadUpdate(cfg *clusterconfig.Config, vmi *virtv1.VirtualMachineInstanc
 	}
 	if cfg.MigrationPriorityQueueEnabled() {
 		s.Priority = ptr.To(virtv1.PrioritySystemCritical)
-		if hotplugPending(vmi) || volumesChangePending(vmi) {
+		if vmistatus.HotplugPending(vmi) || volumesChangePending(vmi) {
 			s.Priority = ptr.To(virtv1.PriorityUserTriggered)
 		}
 	}

@@ -83,7 +83,7 @@ func (j judge) changeNeedsMigration(vmi *virtv1.VirtualMachineInstance) bool {
 	if _, ok := vmi.Annotations[virtv1.WorkloadUpdateMigrationAbortionAnnotation]; ok {
 		return false
 	}
-	return hotplugPending(vmi) || volumesChangePending(vmi)
+	return vmistatus.HotplugPending(vmi) || volumesChangePending(vmi)
 }
 
 // abortChange: the VMI's workload update migration is to be deleted: its
@@ -95,21 +95,13 @@ func (j judge) abortChange(vmi *virtv1.VirtualMachineInstance) bool {
 	if _, ok := vmi.Annotations[virtv1.WorkloadUpdateMigrationAbortionAnnotation]; ok {
 		return n > 0
 	}
-	if hotplugPending(vmi) || volumesChangePending(vmi) {
+	if vmistatus.HotplugPending(vmi) || volumesChangePending(vmi) {
 		return false
 	}
 	if m := vmi.Status.MigrationState; m != nil && m.TargetNodeDomainReadyTimestamp != nil {
 		return false
 	}
 	return n > 0
-}
-
-// hotplugPending: a CPU change (the condition, whatever its status), a
-// memory change or another change that needs a migration waits.
-func hotplugPending(vmi *virtv1.VirtualMachineInstance) bool {
-	return vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceVCPUChange, "") ||
-		vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceMemoryChange, corev1.ConditionTrue) ||
-		vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceMigrationRequired, corev1.ConditionTrue)
 }
 
 func volumesChangePending(vmi *virtv1.VirtualMachineInstance) bool {
