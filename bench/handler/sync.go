@@ -119,6 +119,33 @@ func (a *agent) syncMigrationSource(ctx context.Context, vmi *virtv1.VirtualMach
 		fmt.Sprintf("VirtualMachineInstance migration uid %s failed. reason:%s", ms.MigrationUID, reason))
 }
 
+// failureSeen says how long the target's launcher waits before it exits
+// after a failed migration: until the migration is final or gone, at
+// most failureSeenLimit after the failure. A real target launcher takes
+// its time to tear down, and the migration controller reports a failure
+// by what it sees first (KubeVirt's sync checks a target pod that is down
+// before the node's report): a launcher exiting at once would make the
+// controller's event a race between two watches.
+func (a *agent) failureSeen(ctx context.Context, vmi *virtv1.VirtualMachineInstance) (time.Duration, error) {
+	ms := vmi.Status.MigrationState
+	if ms.EndTimestamp == nil || a.h.opts.Clock.Since(ms.EndTimestamp.Time) > failureSeenLimit {
+		return 0, nil
+	}
+	list, err := a.h.opts.KubeVirt.Migrations(vmi.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list migrations of %s: %w", vmi.Name, err)
+	}
+	for i := range list.Items {
+		if m := &list.Items[i]; m.UID == ms.MigrationUID && !m.IsFinal() {
+			return time.Second, nil
+		}
+	}
+	return 0, nil
+}
+
+// failureSeenLimit bounds failureSeen's wait.
+const failureSeenLimit = 30 * time.Second
+
 // abortReason is the simulated failure reason of an aborted migration.
 const abortReason = "Live migration aborted"
 
@@ -134,8 +161,13 @@ func (a *agent) syncTarget(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 	now := a.now()
 	switch {
 	case ms.Failed || ms.Completed:
-		// The target's virt-launcher exits once the migration failed.
+		// The target's virt-launcher exits once the migration failed,
+		// after the migration controller has seen the failure (see
+		// failureSeen).
 		if pod := a.launcherPod(vmi, ms.TargetPod); ms.Failed && pod != nil && pod.Status.Phase == corev1.PodRunning {
+			if wait, err := a.failureSeen(ctx, vmi); wait > 0 || err != nil {
+				return wait, err
+			}
 			return 0, a.exit(ctx, pod)
 		}
 		delete(vmi.Labels, virtv1.MigrationTargetNodeNameLabel)

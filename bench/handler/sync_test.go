@@ -455,7 +455,22 @@ func TestAMigrationTheVMIAsksToFailIsReportedFailedBySource(t *testing.T) {
 	if f.vmi().Status.NodeName != node1 {
 		t.Errorf("the VMI moved to %s; it stays on the source", f.vmi().Status.NodeName)
 	}
-	// The target's launcher exits, then the target lets go of the VMI.
+	// The target's launcher waits for the migration controller to see
+	// the failure, then exits; then the target lets go of the VMI.
+	m := &virtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: ns, UID: "m-uid"},
+		Status: virtv1.VirtualMachineInstanceMigrationStatus{Phase: virtv1.MigrationRunning}}
+	m, err := f.kv.Migrations(ns).Create(context.Background(), m, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, writes := f.sync(node2); len(writes) != 0 || after <= 0 {
+		t.Fatalf("with the migration still running the target wrote %v and looks again after %v; want no write and a wait",
+			kvfake.Writes(writes), after)
+	}
+	m.Status.Phase = virtv1.MigrationFailed
+	if _, err := f.kv.Migrations(ns).UpdateStatus(context.Background(), m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	_, writes = f.sync(node2)
 	if len(writes) != 1 || writes[0].GetResource().Resource != "pods" || writes[0].GetSubresource() != "status" {
 		t.Fatalf("writes %v, want the target pod's status", kvfake.Writes(writes))
