@@ -568,6 +568,9 @@ func TestKilledMemberRangesAreTakenOverAfterExpiry(t *testing.T) {
 		g.start(id)
 	}
 	holders := g.waitConverged(30 * time.Second)
+	// A range a member was given on the way to convergence stays prepared
+	// for a lease duration after: it would need no new prepare below.
+	g.waitNothingPrepared(30 * time.Second)
 	// Kill the leader, the worst case: leadership must move too before
 	// anyone can reassign its ranges.
 	victim, _ := g.roles()
@@ -607,6 +610,7 @@ func TestRecoveredSuspectKeepsItsRanges(t *testing.T) {
 		g.start(id)
 	}
 	before := g.waitConverged(30 * time.Second)
+	g.waitNothingPrepared(30 * time.Second) // as in the test above
 	_, victim := g.roles()
 	mine := heldBy(before, victim.id)
 
