@@ -124,7 +124,7 @@ func (r *vmiRun) fleets(ctx context.Context, ropts replicas.Options, ranges int)
 		return nil, err
 	}
 	defer cleanup()
-	hook, err := virtapi.Start(ctx, r.kube, "virtshard-bench-fleet")
+	hook, err := virtapi.Start(ctx, r.cfg, "virtshard-bench-fleet")
 	if err != nil {
 		return nil, err
 	}

@@ -137,7 +137,7 @@ func Run(ctx context.Context, scenarios []*Scenario, opts Options) ([]Result, er
 		opts.Logf("writes will not be counted: %v", err)
 	}
 
-	hook, err := virtapi.Start(ctx, kube, "virtshard-differential")
+	hook, err := virtapi.Start(ctx, cfg, "virtshard-differential")
 	if err != nil {
 		return nil, err
 	}

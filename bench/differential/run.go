@@ -235,15 +235,25 @@ func (r *Runner) node(ctx context.Context, ns string, n *NodeStep) error {
 			return nil
 		})
 	case NodeEvict:
-		// As the admitter's markVMI: a JSON patch of the VMI, which has no
-		// status subresource.
+		// As kubectl drain: an eviction of the launcher pod on the VMI's
+		// node, which virt-api's admitter (bench/virtapi) refuses with 429
+		// and answers by marking the VMI for evacuation.
 		node, err := r.nodeOf(ctx, ns, n.VMI)
 		if err != nil {
 			return err
 		}
-		patch := fmt.Sprintf(`[{"op":"add","path":"/status/evacuationNodeName","value":%q}]`, node)
-		_, err = r.Dynamic.Resource(vmis).Namespace(ns).Patch(ctx, n.VMI, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
-		return err
+		return r.eachLauncherPod(ctx, ns, n, func(p *unstructured.Unstructured) error {
+			if name, _, _ := unstructured.NestedString(p.Object, "spec", "nodeName"); name != node {
+				return nil
+			}
+			eviction := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policy/v1", "kind": "Eviction",
+				"metadata": map[string]any{"name": p.GetName(), "namespace": ns}}}
+			_, err := r.Dynamic.Resource(pods).Namespace(ns).Create(ctx, eviction, metav1.CreateOptions{}, "eviction")
+			if apierrors.IsTooManyRequests(err) {
+				return nil
+			}
+			return err
+		})
 	case NodeStop:
 		return r.stopNode(ctx, n.Node)
 	case NodeStaleHeartbeat:

@@ -13,11 +13,13 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,10 +27,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/controllers/apidefaults"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 )
@@ -53,14 +57,24 @@ const Label = "bench.virtshard.io/virt-api"
 type Webhook struct {
 	name   string
 	kube   kubernetes.Interface
+	kv     *kubevirt.Clientset
 	server *http.Server
 	caPEM  []byte
-	url    string
+	url    string // of the server; /mutate and /evict are its paths
 }
 
 // Start serves the webhook on a loopback port and registers it as the
-// MutatingWebhookConfiguration name (replacing one a run left).
-func Start(ctx context.Context, kube kubernetes.Interface, name string) (*Webhook, error) {
+// MutatingWebhookConfiguration name, and its eviction admitter as the
+// ValidatingWebhookConfiguration name (replacing those a run left).
+func Start(ctx context.Context, cfg *rest.Config, name string) (*Webhook, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := kubevirt.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("webhook certificate: %w", err)
@@ -73,9 +87,10 @@ func Start(ctx context.Context, kube kubernetes.Interface, name string) (*Webhoo
 	if err != nil {
 		return nil, err
 	}
-	w := &Webhook{name: name, kube: kube, caPEM: certPEM, url: "https://" + listener.Addr().String() + "/mutate"}
+	w := &Webhook{name: name, kube: kube, kv: kv, caPEM: certPEM, url: "https://" + listener.Addr().String()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mutate", w.serve)
+	mux.HandleFunc("/evict", w.serve)
 	w.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}
 	go func() { _ = w.server.ServeTLS(listener, "", "") }()
@@ -88,18 +103,24 @@ func Start(ctx context.Context, kube kubernetes.Interface, name string) (*Webhoo
 
 // Stop unregisters the webhook and stops serving it.
 func (w *Webhook) Stop(ctx context.Context) error {
-	err := w.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, w.name, metav1.DeleteOptions{})
-	if apierrors.IsNotFound(err) {
-		err = nil
+	errs := []error{w.server.Close()}
+	for _, err := range []error{
+		w.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, w.name, metav1.DeleteOptions{}),
+		w.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, w.name, metav1.DeleteOptions{}),
+	} {
+		if !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
 	}
-	return errors.Join(err, w.server.Close())
+	return errors.Join(errs...)
 }
 
 func (w *Webhook) register(ctx context.Context) error {
+	mutate := w.url + "/mutate"
 	hook := func(name, resource string) admissionregistrationv1.MutatingWebhook {
 		return admissionregistrationv1.MutatingWebhook{
 			Name:                    name + "." + w.name + ".virtshard.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &w.url, CABundle: w.caPEM},
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &mutate, CABundle: w.caPEM},
 			AdmissionReviewVersions: []string{"v1"},
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
@@ -127,12 +148,39 @@ func (w *Webhook) register(ctx context.Context) error {
 	if _, err := configs.Create(ctx, config, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("register the webhook: %w", err)
 	}
+	evict := w.url + "/evict"
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: w.name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "evictions." + w.name + ".virtshard.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &evict, CABundle: w.caPEM},
+			AdmissionReviewVersions: []string{"v1"},
+			// It marks the VMI, in a dry run when the eviction is one.
+			SideEffects:       ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+			FailurePolicy:     ptr.To(admissionregistrationv1.Fail),
+			TimeoutSeconds:    ptr.To[int32](10),
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{Label: "true"}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+					Resources: []string{"pods/eviction"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+			}},
+		}},
+	}
+	validatings := w.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if err := validatings.Delete(ctx, w.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete the eviction webhook an earlier run left: %w", err)
+	}
+	if _, err := validatings.Create(ctx, validating, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("register the eviction webhook: %w", err)
+	}
 	return nil
 }
 
-// WaitServed waits until the API server calls the webhook for ns, a
+// WaitServed waits until the API server calls the webhooks for ns, a
 // namespace labelled Label: a VMI created there in a dry run comes back
-// with virt-api's finalizer.
+// with virt-api's finalizer, and an eviction of ProbePod is refused with
+// ProbeMessage.
 func (w *Webhook) WaitServed(ctx context.Context, dyn dynamic.Interface, ns string) error {
 	probe := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
@@ -151,6 +199,16 @@ func (w *Webhook) WaitServed(ctx context.Context, dyn dynamic.Interface, ns stri
 	if err != nil {
 		return fmt.Errorf("the API server does not call the harness's webhook (last error %v): %w", last, err)
 	}
+	// And the eviction admitter: an eviction let through by mistake would
+	// delete a launcher pod.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = w.kube.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: ProbePod, Namespace: ns},
+			DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}})
+		return last != nil && strings.Contains(last.Error(), ProbeMessage), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the API server does not call the harness's eviction webhook (last error %v): %w", last, err)
+	}
 	return nil
 }
 
@@ -160,8 +218,20 @@ func (w *Webhook) serve(rw http.ResponseWriter, req *http.Request) {
 		http.Error(rw, "want an AdmissionReview", http.StatusBadRequest)
 		return
 	}
-	resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-	patch, err := mutate(review.Request.Resource.Resource, review.Request.Object.Raw)
+	if req.URL.Path == "/evict" {
+		review.Response = w.admitEviction(req.Context(), review.Request)
+	} else {
+		review.Response = admitCreate(review.Request)
+	}
+	review.Request = nil
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(&review)
+}
+
+// admitCreate answers a create of a kubevirt.io object with mutate's patch.
+func admitCreate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	patch, err := mutate(req.Resource.Resource, req.Object.Raw)
 	if err != nil {
 		resp.Allowed = false
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Message: err.Error(), Code: http.StatusUnprocessableEntity,
@@ -169,9 +239,7 @@ func (w *Webhook) serve(rw http.ResponseWriter, req *http.Request) {
 	} else if patch != nil {
 		resp.Patch, resp.PatchType = patch, ptr.To(admissionv1.PatchTypeJSONPatch)
 	}
-	review.Response, review.Request = resp, nil
-	rw.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(rw).Encode(&review)
+	return resp
 }
 
 // mutate returns the JSON patch virt-api's webhook would answer for a

@@ -141,12 +141,18 @@ func (c *Controller) declare() *sharded.Controller {
 			sharded.Across(kinds.Nodes, sharded.Events[*corev1.Node]{Route: func(n *corev1.Node) []sharded.Item {
 				return []sharded.Item{{Range: sharded.Cluster, Key: n.Name}}
 			}}, nil),
-			sharded.On(kinds.VMIs, sharded.Events[*virtv1.VirtualMachineInstance]{Route: nodeOf, Initial: true},
+			// A VMI's node is looked at when its range is taken over and
+			// when an eviction marks the VMI to leave; not on every VMI
+			// update (KubeVirt's evacuation controller queues the node on
+			// each), which would look at a node per VMI write.
+			sharded.On(kinds.VMIs, sharded.Events[*virtv1.VirtualMachineInstance]{Route: nodeOf, Changed: markedToLeaveNow, IgnoreDeletes: true},
 				cache.Indexers{byNode: func(obj any) ([]string, error) {
 					return []string{obj.(*virtv1.VirtualMachineInstance).Status.NodeName}, nil
 				}}),
 			sharded.Reading(kinds.LauncherPods.Watch(nil)),
-			sharded.Reading(kinds.Migrations.Watch(nil)),
+			// An evacuation that ends makes room for the node's next one.
+			sharded.Across(kinds.Migrations, sharded.Events[*virtv1.VirtualMachineInstanceMigration]{
+				Route: evacuatedNode, Changed: endedNow}, nil),
 			// Another drain taint key may mark other nodes: look at all.
 			sharded.OnConfig(func(*clusterconfig.Config) []sharded.Item {
 				var items []sharded.Item
@@ -158,6 +164,24 @@ func (c *Controller) declare() *sharded.Controller {
 		},
 		Sync: c.sync,
 	}
+}
+
+// markedToLeaveNow: an eviction has just marked the VMI to leave its node.
+func markedToLeaveNow(old, cur *virtv1.VirtualMachineInstance) bool {
+	return cur.Status.EvacuationNodeName != "" && cur.Status.EvacuationNodeName != old.Status.EvacuationNodeName
+}
+
+// evacuatedNode is the node an evacuation migration moves its VMI off.
+func evacuatedNode(m *virtv1.VirtualMachineInstanceMigration) []sharded.Item {
+	if node := m.Annotations[virtv1.EvacuationMigrationAnnotation]; node != "" {
+		return []sharded.Item{{Range: sharded.Cluster, Key: node}}
+	}
+	return nil
+}
+
+// endedNow: the migration has just become final.
+func endedNow(old, cur *virtv1.VirtualMachineInstanceMigration) bool {
+	return cur.IsFinal() && !old.IsFinal()
 }
 
 // held is a VMI of a held range, with the range's caches.
