@@ -13,12 +13,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/virtshard/virtshard/bench/replicas"
+	"github.com/virtshard/virtshard/bench/virtapi"
 	"github.com/virtshard/virtshard/client/kubevirt"
 	"github.com/virtshard/virtshard/cmd/virtshard-controller/app"
 	"github.com/virtshard/virtshard/test/clustertest"
@@ -170,5 +174,27 @@ func WaitShared(t *testing.T, procs []*replicas.Replica) {
 		return replicas.Shared(ctx, procs), nil
 	}); err != nil {
 		t.Fatal("the replicas did not share out the ranges within 2 minutes")
+	}
+}
+
+// VirtAPI plays virt-api's webhooks for namespace ns (bench/virtapi) until
+// the test ends: what a KubeVirt install's virt-api defaults on create,
+// and its pod eviction admitter.
+func VirtAPI(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := clustertest.Config(t)
+	hook, err := virtapi.Start(ctx, cfg, "virtshard-test-"+ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hook.Stop(context.Background()) })
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	label := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, virtapi.Label)
+	if _, err := kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hook.WaitServed(ctx, dynamic.NewForConfigOrDie(cfg), ns); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -13,37 +13,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/cluster"
-	"github.com/virtshard/virtshard/bench/virtapi"
 	"github.com/virtshard/virtshard/bench/workload"
 	"github.com/virtshard/virtshard/controllers/node"
 	"github.com/virtshard/virtshard/controllers/vmistatus"
-	"github.com/virtshard/virtshard/test/clustertest"
+	"github.com/virtshard/virtshard/test/controllertest"
 )
-
-// withVirtAPI plays virt-api's webhooks for the test's namespace, the
-// eviction admitter among them (bench/virtapi).
-func (e *env) withVirtAPI() {
-	e.t.Helper()
-	ctx := context.Background()
-	cfg := clustertest.Config(e.t)
-	hook, err := virtapi.Start(ctx, cfg, "virtshard-test-"+e.ns)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = hook.Stop(context.Background()) })
-	label := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, virtapi.Label)
-	if _, err := e.kube.CoreV1().Namespaces().Patch(ctx, e.ns, types.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := hook.WaitServed(ctx, dynamic.NewForConfigOrDie(cfg), e.ns); err != nil {
-		e.t.Fatal(err)
-	}
-}
 
 // evict evicts the VMI's launcher pod on its node through the Eviction
 // API, as kubectl drain does, and returns the refusal's message.
@@ -79,7 +57,7 @@ func (e *env) evict(vmi string) string {
 // event.
 func TestAnEvictedVMIMovesAndANonMigratableOneIsTold(t *testing.T) {
 	e := newEnv(t)
-	e.withVirtAPI()
+	controllertest.VirtAPI(t, e.ns)
 	drained := e.addNode("evicted")
 	mover := workload.VMI("mover")
 	stayer := workload.VMI("stayer")
