@@ -50,6 +50,10 @@ const (
 	// and runs a pool of a tenth as many VMs with DataVolumes, under
 	// KubeVirt's virt-controller and then under --replicas replicas.
 	ScenarioFleet = "fleet"
+	// ScenarioDrain runs --vmis VMIs and drains three nodes as kubectl
+	// drain does, under KubeVirt's virt-controller and under --replicas
+	// replicas.
+	ScenarioDrain = "drain"
 )
 
 var seriesScenarios = []string{ScenarioPodCeiling, ScenarioFloor}
@@ -71,6 +75,7 @@ var scenarioDefaults = map[string]struct {
 	ScenarioChaos:      {20000, 4, 20},
 	ScenarioKubeVirt:   {2000, 1, 0},
 	ScenarioFleet:      {5000, 3, 0},
+	ScenarioDrain:      {2000, 3, 0},
 }
 
 // Suites run many scenarios and write BENCHMARKS.md's generated section.

@@ -124,24 +124,11 @@ func (r *vmiRun) fleets(ctx context.Context, ropts replicas.Options, ranges int)
 		return nil, err
 	}
 	defer cleanup()
-	hook, err := virtapi.Start(ctx, r.cfg, "virtshard-bench-fleet")
+	stopHook, err := r.virtAPI(ctx, "virtshard-bench-fleet", kvNamespace, r.ns)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = hook.Stop(context.WithoutCancel(ctx)) }()
-	dyn, err := dynamic.NewForConfig(r.cfg)
-	if err != nil {
-		return nil, err
-	}
-	for _, ns := range []string{kvNamespace, r.ns} {
-		body := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, virtapi.Label)
-		if _, err := r.kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
-			return nil, fmt.Errorf("label namespace %s for virt-api's webhook: %w", ns, err)
-		}
-		if err := hook.WaitServed(ctx, dyn, ns); err != nil {
-			return nil, err
-		}
-	}
+	defer stopHook()
 	r.logf("%s: starting KubeVirt's virt-controller (log in %s)", r.scenario, ropts.LogDir)
 	kv, err := kubevirt.Start(ctx, r.copts, kubevirt.Options{LogDir: ropts.LogDir})
 	if err != nil {
@@ -171,6 +158,34 @@ func (r *vmiRun) fleets(ctx context.Context, ropts replicas.Options, ranges int)
 	}
 	rep.ReplicaStats = stats
 	return rep, nil
+}
+
+// virtAPI plays virt-api's webhooks (bench/virtapi) for the namespaces
+// until the returned func is called: create-time defaults and the pod
+// eviction admitter, as in a KubeVirt install.
+func (r *vmiRun) virtAPI(ctx context.Context, name string, namespaces ...string) (stop func(), err error) {
+	hook, err := virtapi.Start(ctx, r.cfg, name)
+	if err != nil {
+		return nil, err
+	}
+	stop = func() { _ = hook.Stop(context.WithoutCancel(ctx)) }
+	dyn, err := dynamic.NewForConfig(r.cfg)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	for _, ns := range namespaces {
+		body := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, virtapi.Label)
+		if _, err := r.kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+			stop()
+			return nil, fmt.Errorf("label namespace %s for virt-api's webhook: %w", ns, err)
+		}
+		if err := hook.WaitServed(ctx, dyn, ns); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	return stop, nil
 }
 
 // fleetRun runs the four phases in namespace ns under ctrl.

@@ -114,6 +114,9 @@ type Report struct {
 	// Fleet scenario: KubeVirt's virt-controller's run, then the replicas'.
 	Fleets []FleetRun `json:"fleets,omitempty"`
 
+	// Drain scenario: KubeVirt's virt-controller's run, then the replicas'.
+	Drains []DrainRun `json:"drains,omitempty"`
+
 	// Latency scenario: the open-loop runs (at --rate and at half the
 	// throughput measured first).
 	LatencyRuns []LatencyRun `json:"latencyRuns,omitempty"`
@@ -204,6 +207,10 @@ func (r *Report) writeText(out io.Writer) {
 	}
 	if r.Scenario == ScenarioFleet {
 		r.writeFleets(out)
+		return
+	}
+	if r.Scenario == ScenarioDrain {
+		writeDrainMarkdown(out, r)
 		return
 	}
 	fmt.Fprintf(out, "%s: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s (to Scheduled: %.1f VMIs/s); %d stuck, %d duplicate launcher pods\n",

@@ -224,7 +224,8 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 	}
 	ropts := replicas.Options{Binary: binary, Kubeconfig: e.copts.KubeconfigPath(), Namespace: leases, WatchNamespace: r.ns,
 		LogDir: filepath.Join(e.copts.Workdir(), "logs", "bench-"+suffix), Args: append(args, o.ReplicaArgs...)}
-	// The kubevirt and fleet scenarios start the controllers they measure.
+	// The kubevirt, fleet and drain scenarios start the controllers they
+	// measure.
 	var selfStarted func() (*Report, error)
 	writeOut := r.writeOut
 	switch scenario {
@@ -241,6 +242,15 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 			}()
 			return r.fleets(ctx, ropts, ranges)
 		}, r.writeFleetsOut
+	case ScenarioDrain:
+		selfStarted, writeOut = func() (*Report, error) {
+			defer func() {
+				if r.fleet != nil {
+					r.fleet.stop()
+				}
+			}()
+			return r.drains(ctx, ropts, ranges)
+		}, r.writeReportOut
 	}
 	if selfStarted != nil {
 		report, err := selfStarted()

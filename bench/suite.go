@@ -88,6 +88,7 @@ var suites = map[string][]suiteRun{
 		{ScenarioScale, 50000, 4, 4},
 		{ScenarioMigrations, 1000, 3, 0},
 		{ScenarioFleet, 5000, 3, 0},
+		{ScenarioDrain, 2000, 3, 0},
 	}...),
 	SuiteSmoke: {
 		{ScenarioCeiling, 200, 0, 0},
@@ -100,6 +101,7 @@ var suites = map[string][]suiteRun{
 		{ScenarioRolling, 400, 4, 0},
 		{ScenarioMigrations, 100, 3, 0},
 		{ScenarioFleet, 60, 3, 0},
+		{ScenarioDrain, 60, 3, 0},
 	},
 }
 
@@ -240,6 +242,9 @@ func goals(reports []*Report) []goal {
 	if r := find(reports, ScenarioFleet, 0); r != nil && len(r.Fleets) == 2 {
 		out = append(out, fleetGoal(r.Fleets[0], r.Fleets[1]))
 	}
+	if r := find(reports, ScenarioDrain, 0); r != nil && len(r.Drains) == 2 {
+		out = append(out, drainGoal(r.Drains[0], r.Drains[1]))
+	}
 	if r := find(reports, ScenarioRolling, 0); r != nil {
 		out = append(out, goal{"rolling: every handoff", "≤ 2 s", fmt.Sprintf("max %.2f s of %d", r.TakeoverSeconds, len(r.HandoffSeconds)),
 			r.TakeoverSeconds <= 2 && r.Stuck == 0 && r.DuplicateLauncherPods == 0})
@@ -328,6 +333,12 @@ func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error 
 		fmt.Fprintf(w, "\nFleets (`%s`): each phase timed from the bench's write to the state the controller reports, polled every 250 ms; "+
 			"writes per member are the controller's own, events and Leases apart; CPU and cached members per process:\n\n", suiteRun{r.Scenario, r.VMIs, r.Replicas, 0}.command())
 		writeFleetsMarkdown(w, r)
+	}
+	if r := find(reports, ScenarioDrain, 0); r != nil {
+		fmt.Fprintf(w, "\nDrain (`%s`): %d nodes cordoned and their pods evicted through the Eviction API as kubectl drain does (again %s after a refusal), "+
+			"each timed until none of the run's pods is left on it; migrations in flight sampled every 250 ms; writes per migration are the controller's own, events and Leases apart:\n\n",
+			suiteRun{r.Scenario, r.VMIs, r.Replicas, 0}.command(), drainedNodes, evictionRetry)
+		writeDrainMarkdown(w, r)
 	}
 	fmt.Fprintln(w, "\nEvery run:")
 	fmt.Fprintln(w)
