@@ -88,8 +88,9 @@ func TestAnEvictedVMIIsMigratedOffItsNode(t *testing.T) {
 	}
 }
 
-// VMIs that do not migrate on eviction, cannot, left the node already or
-// are migrating get nothing.
+// VMIs that do not migrate on eviction, cannot, left the node already
+// (in the cache, or by a migration the cache shows succeeded) or are
+// migrating get nothing.
 func TestEvacuationLeavesVMIsThatShouldNotMigrate(t *testing.T) {
 	none := evicted(runningVMI("none"))
 	none.Spec.EvictionStrategy = nil // the cluster's, None by default
@@ -104,7 +105,14 @@ func TestEvacuationLeavesVMIsThatShouldNotMigrate(t *testing.T) {
 	inFlight.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{StartTimestamp: ptr.To(metav1.NewTime(time.Now().Add(-time.Minute)))}
 	external := evicted(runningVMI("external"))
 	external.Spec.EvictionStrategy = ptr.To(virtv1.EvictionStrategyExternal)
-	f := newFixture(t, []runtime.Object{readyNode()}, none, ifPossible, cannot, moved, inFlight, external)
+	// Its migration succeeded, which the cached VMI does not show yet:
+	// the VMI has left already.
+	behind := evicted(runningVMI("behind"))
+	behind.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-behind", TargetNode: "node-2"}
+	done := &virtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-evacuation-behind", Namespace: behind.Namespace, UID: "m-behind",
+		Annotations: map[string]string{virtv1.EvacuationMigrationAnnotation: "node-1"}},
+		Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: "behind"}, Status: virtv1.VirtualMachineInstanceMigrationStatus{Phase: virtv1.MigrationSucceeded}}
+	f := newFixture(t, []runtime.Object{readyNode()}, none, ifPossible, cannot, moved, inFlight, external, behind, done)
 	if _, err := f.syncNode("node-1"); err != nil {
 		t.Fatal(err)
 	}
