@@ -35,8 +35,9 @@ import (
 // The drain scenario (ScenarioDrain) drains nodes as kubectl drain does,
 // first under KubeVirt's own virt-controller, then under the replicas, with
 // the same VMIs: --vmis VMIs that migrate on eviction run spread over the
-// nodes, then drainedNodes of the nodes are cordoned and every pod of the
-// run on them is evicted through the Eviction API, again every
+// nodes, then drainedNodes of the nodes are cordoned (all, before any
+// eviction) and every pod of the run on them is evicted through the
+// Eviction API, again every
 // evictionRetry while virt-api's admitter (played by bench/virtapi) refuses
 // with 429, until none is left on them. The migrations in flight are
 // sampled against the limits throughout.
@@ -64,8 +65,10 @@ type DrainRun struct {
 	Succeeded  int `json:"succeeded"`
 	Failed     int `json:"failed"`
 	Evictions  int `json:"evictions"`
-	// Repeated are evacuations beyond one per VMI: a VMI migrated again.
-	Repeated int `json:"repeated"`
+	// Repeated are evacuations beyond one per VMI: a VMI migrated again;
+	// RepeatedOff says off which nodes each such VMI was evacuated.
+	Repeated    int                 `json:"repeated"`
+	RepeatedOff map[string][]string `json:"repeatedOff,omitempty"`
 	// Migrations in flight (target pod created, not final), sampled every
 	// 250 ms: the most in the cluster and out of one node, and the limits.
 	MaxInFlightCluster int `json:"maxInFlightCluster"`
@@ -172,11 +175,23 @@ func (r *vmiRun) drainRun(ctx context.Context, ns, name string, ctrl underTest) 
 		return nil, err
 	}
 	r.logf("%s: %s: draining %s", r.scenario, name, strings.Join(nodes, ", "))
+	start := time.Now()
+	// As kubectl drain of several nodes: all are cordoned before the first
+	// eviction, or a VMI could move onto a node about to be drained.
+	defer r.uncordon(context.WithoutCancel(ctx), nodes)
+	for _, node := range nodes {
+		cordon := []byte(`{"spec":{"unschedulable":true}}`)
+		if _, err := r.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {
+			return nil, fmt.Errorf("cordon %s: %w", node, err)
+		}
+	}
+	if err := r.waitCordoned(ctx, nodes); err != nil {
+		return nil, err
+	}
 	sampler := &drainSampler{kube: r.kube, kv: r.kv, ns: ns}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() { sampler.run(sampleCtx); close(sampled) }()
-	start := time.Now()
 	drainCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -195,7 +210,6 @@ func (r *vmiRun) drainRun(ctx context.Context, ns, name string, ctrl underTest) 
 	run.Seconds = time.Since(start).Seconds()
 	stopSampling()
 	<-sampled
-	defer r.uncordon(context.WithoutCancel(ctx), nodes)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: drain: %w", name, err)
 	}
@@ -208,14 +222,19 @@ func (r *vmiRun) drainRun(ctx context.Context, ns, name string, ctrl underTest) 
 	if err != nil {
 		return nil, err
 	}
-	perVMI := map[string]int{}
+	off := map[string][]string{}
 	for _, m := range migrations.Items {
-		if m.Annotations[virtv1.EvacuationMigrationAnnotation] == "" {
+		node := m.Annotations[virtv1.EvacuationMigrationAnnotation]
+		if node == "" {
 			continue
 		}
 		run.Migrations++
-		if perVMI[m.Spec.VMIName]++; perVMI[m.Spec.VMIName] > 1 {
+		if off[m.Spec.VMIName] = append(off[m.Spec.VMIName], node); len(off[m.Spec.VMIName]) > 1 {
 			run.Repeated++
+			if run.RepeatedOff == nil {
+				run.RepeatedOff = map[string][]string{}
+			}
+			run.RepeatedOff[m.Spec.VMIName] = off[m.Spec.VMIName]
 		}
 		switch m.Status.Phase {
 		case virtv1.MigrationSucceeded:
@@ -306,15 +325,26 @@ func (r *vmiRun) runDrainVMIs(ctx context.Context, ns string, timeout time.Durat
 	return onNode, nil
 }
 
-// drainNode does what kubectl drain does to node for the run's pods: it
-// cordons the node, evicts each pod, again evictionRetry after a refusal,
-// and returns once none is left. moved is called once no pod of the run
-// runs on the node. It returns the eviction calls sent.
+// waitCordoned waits until the scheduler's view of the nodes, the node
+// taint the node lifecycle controller adds for a cordon, shows each of
+// them unschedulable.
+func (r *vmiRun) waitCordoned(ctx context.Context, nodes []string) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, name := range nodes {
+			n, err := r.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeUnschedulable }) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// drainNode does what kubectl drain does to a cordoned node for the run's
+// pods: it evicts each pod, again evictionRetry after a refusal, and
+// returns once none is left. moved is called once no pod of the run runs
+// on the node. It returns the eviction calls sent.
 func (r *vmiRun) drainNode(ctx context.Context, ns, node string, moved func()) (int, error) {
-	cordon := []byte(`{"spec":{"unschedulable":true}}`)
-	if _, err := r.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {
-		return 0, fmt.Errorf("cordon %s: %w", node, err)
-	}
 	evicted := map[string]time.Time{}
 	calls := 0
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {

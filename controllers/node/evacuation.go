@@ -135,8 +135,8 @@ func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (
 // cached VMI does not show it completed. The VMIs and the migrations come
 // through different watches, and the node is looked at the moment an
 // evacuation ends: the VMI has most likely left the node already, and a
-// second evacuation would migrate it again (3 of 300 VMIs in a drain of
-// 2,000 VMIs over 3 replicas did). The next look at the node sees it.
+// second evacuation would migrate it again. The next look at the node
+// sees it.
 func (c *Controller) behindItsMigration(vmi *virtv1.VirtualMachineInstance) bool {
 	var newest *virtv1.VirtualMachineInstanceMigration
 	for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {

@@ -32,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
+	migrationsv1 "kubevirt.io/api/migrations/v1alpha1"
 	poolv1 "kubevirt.io/api/pool/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -549,6 +550,116 @@ func cases() []badCase {
 			}
 			return e.failedMigration(v.Name, "migrate-not-running", migration.ReasonVMINotRunning)
 		}},
+		{"migration-policy-selecting-nothing", func(e *env) func(context.Context) string {
+			// A policy no VMI matches: migrations go on with the KubeVirt
+			// CR's configuration and name no policy.
+			p := &migrationsv1.MigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-nothing", Annotations: map[string]string{"example.com/token": secret}},
+				Spec: migrationsv1.MigrationPolicySpec{Selectors: &migrationsv1.Selectors{
+					VirtualMachineInstanceSelector: migrationsv1.LabelSelector{"no-vmi-has": "this-label"}},
+					BandwidthPerMigration: ptr.To(resource.MustParse("1Mi"))}}
+			if _, err := e.kv.MigrationPolicies().Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			e.t.Cleanup(func() { _ = e.kv.MigrationPolicies().Delete(context.Background(), p.Name, metav1.DeleteOptions{}) })
+			v := workload.VMI("unpoliced")
+			e.createVMI(v)
+			e.waitPhase(v.Name, virtv1.Running)
+			e.createMigration("unpoliced-migration", v.Name)
+			return func(ctx context.Context) string {
+				m, err := e.kv.Migrations(e.ns).Get(ctx, "unpoliced-migration", metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if m.Status.Phase != virtv1.MigrationSucceeded {
+					return fmt.Sprintf("migration is %q", m.Status.Phase)
+				}
+				got, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, v.Name, metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if ms := got.Status.MigrationState; ms == nil || ms.MigrationPolicyName != nil || ms.MigrationConfiguration == nil ||
+					ms.MigrationConfiguration.BandwidthPerMigration == nil || ms.MigrationConfiguration.BandwidthPerMigration.Cmp(resource.MustParse("1Mi")) == 0 {
+					return fmt.Sprintf("migration state %+v: want the CR's configuration and no policy", ms)
+				}
+				return ""
+			}
+		}},
+		{"live-update-beyond-max-sockets", func(e *env) func(context.Context) string {
+			vm := e.createVM("too-many-sockets", virtv1.RunStrategyAlways)
+			if err := e.poll(e.running(vm.Name)); err != nil {
+				e.t.Fatal(err)
+			}
+			// KubeVirt caps a VMI at 4 × its sockets at start (maxSockets).
+			patch := []byte(`{"spec":{"template":{"spec":{"domain":{"cpu":{"sockets":64}}}}}}`)
+			if _, err := e.kv.VirtualMachines(e.ns).Patch(context.Background(), vm.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			return func(ctx context.Context) string {
+				got, err := e.kv.VirtualMachines(e.ns).Get(ctx, vm.Name, metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if !slices.ContainsFunc(got.Status.Conditions, func(c virtv1.VirtualMachineCondition) bool {
+					return c.Type == virtv1.VirtualMachineRestartRequired && c.Status == corev1.ConditionTrue &&
+						strings.Contains(c.Message, "CPU sockets updated in template spec to a value higher than what's available")
+				}) {
+					return fmt.Sprintf("no RestartRequired condition saying why: %+v", got.Status.Conditions)
+				}
+				v, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, vm.Name, metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if v.Status.Phase != virtv1.Running || (v.Spec.Domain.CPU != nil && v.Spec.Domain.CPU.Sockets > v.Spec.Domain.CPU.MaxSockets) {
+					return fmt.Sprintf("VMI %s with CPU %+v: want it Running as it was", v.Status.Phase, v.Spec.Domain.CPU)
+				}
+				return ""
+			}
+		}},
+		{"evacuation-of-non-migratable-vmi", func(e *env) func(context.Context) string {
+			// virt-api's admitter refuses such an eviction; a VMI marked all
+			// the same (a user, an older admitter) is told, not migrated.
+			v := workload.VMI("cannot-leave")
+			v.Spec.EvictionStrategy = ptr.To(virtv1.EvictionStrategyLiveMigrate)
+			v.Spec.Domain.Features = &virtv1.Features{HypervPassthrough: &virtv1.HyperVPassthrough{Enabled: ptr.To(true)}}
+			e.createVMI(v)
+			e.waitPhase(v.Name, virtv1.Running)
+			var node string
+			if err := e.poll(func(ctx context.Context) string {
+				got, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, v.Name, metav1.GetOptions{})
+				if err != nil || got.Status.NodeName == "" || !slices.ContainsFunc(got.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool {
+					return c.Type == virtv1.VirtualMachineInstanceIsMigratable
+				}) {
+					return "no node or migratability reported yet"
+				}
+				node = got.Status.NodeName
+				return ""
+			}); err != nil {
+				e.t.Fatal(err)
+			}
+			mark := fmt.Appendf(nil, `[{"op":"add","path":"/status/evacuationNodeName","value":%q}]`, node)
+			if _, err := e.kv.VirtualMachineInstances(e.ns).Patch(context.Background(), v.Name, types.JSONPatchType, mark, metav1.PatchOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			return func(ctx context.Context) string {
+				if !e.hasEventSaying(ctx, v.Name, "FailedCreate", "VirtualMachineInstance is not migrateable") {
+					return "no event saying the VMI is not migrateable"
+				}
+				migrations, err := e.kv.Migrations(e.ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				for _, m := range migrations.Items {
+					if m.Spec.VMIName == v.Name {
+						return "a migration was created for it: " + m.Name
+					}
+				}
+				got, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, v.Name, metav1.GetOptions{})
+				if err != nil || got.Status.Phase != virtv1.Running || got.Status.NodeName != node {
+					return fmt.Sprintf("VMI %v, %v: want it Running on %s", got.Status.Phase, err, node)
+				}
+				return ""
+			}
+		}},
 		{"two-migrations-of-one-vmi", func(e *env) func(context.Context) string {
 			v := workload.VMI("migrated-twice")
 			e.createVMI(v)
@@ -667,11 +778,17 @@ func (e *env) waitPhase(name string, phase virtv1.VirtualMachineInstancePhase) {
 }
 
 func (e *env) hasEvent(ctx context.Context, name, reason string) bool {
+	return e.hasEventSaying(ctx, name, reason, "")
+}
+
+// hasEventSaying: an event about name with reason whose message contains
+// message.
+func (e *env) hasEventSaying(ctx context.Context, name, reason, message string) bool {
 	events, err := e.kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	if err != nil {
 		return false
 	}
-	return slices.ContainsFunc(events.Items, func(ev corev1.Event) bool { return ev.Reason == reason })
+	return slices.ContainsFunc(events.Items, func(ev corev1.Event) bool { return ev.Reason == reason && strings.Contains(ev.Message, message) })
 }
 
 func (e *env) launcherPods(ctx context.Context, uid types.UID) int {
