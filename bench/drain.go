@@ -66,7 +66,9 @@ type DrainRun struct {
 	Failed     int `json:"failed"`
 	Evictions  int `json:"evictions"`
 	// Repeated are evacuations beyond one per VMI: a VMI migrated again;
-	// RepeatedOff says off which nodes each such VMI was evacuated.
+	// RepeatedOff describes each such VMI's evacuations: the node each
+	// was made off, when it was created, its phase, and the source and
+	// target its migration state recorded.
 	Repeated    int                 `json:"repeated"`
 	RepeatedOff map[string][]string `json:"repeatedOff,omitempty"`
 	// Migrations in flight (target pod created, not final), sampled every
@@ -229,7 +231,11 @@ func (r *vmiRun) drainRun(ctx context.Context, ns, name string, ctrl underTest) 
 			continue
 		}
 		run.Migrations++
-		if off[m.Spec.VMIName] = append(off[m.Spec.VMIName], node); len(off[m.Spec.VMIName]) > 1 {
+		what := fmt.Sprintf("off %s, created %s, %s", node, m.CreationTimestamp.Format(time.TimeOnly), m.Status.Phase)
+		if ms := m.Status.MigrationState; ms != nil {
+			what += fmt.Sprintf(", %s → %s", ms.SourceNode, ms.TargetNode)
+		}
+		if off[m.Spec.VMIName] = append(off[m.Spec.VMIName], what); len(off[m.Spec.VMIName]) > 1 {
 			run.Repeated++
 			if run.RepeatedOff == nil {
 				run.RepeatedOff = map[string][]string{}
