@@ -69,6 +69,10 @@ func TestSmoke(t *testing.T) {
 				checkFleets(t, r, filepath.Join(o.Out, r.Dir()))
 				return
 			}
+			if r.Scenario == bench.ScenarioDrain {
+				checkDrains(t, r, filepath.Join(o.Out, r.Dir()))
+				return
+			}
 			if r.Running != r.VMIs || r.Stuck != 0 {
 				t.Errorf("%d of %d Running, %d stuck", r.Running, r.VMIs, r.Stuck)
 			}
@@ -228,6 +232,43 @@ func checkFleets(t *testing.T, r *bench.Report, dir string) {
 		}
 	}
 	for _, file := range []string{"report.json", "fleets.svg", "cpu-virtshard-0.pprof"} {
+		if fi, err := os.Stat(filepath.Join(dir, file)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s missing or empty in --out: %v", file, err)
+		}
+	}
+}
+
+// checkDrains checks a drain run: under both controllers every VMI on the
+// drained nodes evacuated and none lost, within the cluster's limit of
+// migrations in flight. Out of one node the replicas are held to the limit
+// plus the VMIs they evacuated twice: the sampler counts a second
+// evacuation against the node its annotation names although its VMI had
+// left it (a known defect, BENCHMARKS.md "Drains"), logged here.
+func checkDrains(t *testing.T, r *bench.Report, dir string) {
+	if len(r.Drains) != 2 {
+		t.Fatalf("%d drain runs, want KubeVirt's and the replicas'", len(r.Drains))
+	}
+	for _, d := range r.Drains {
+		onNodes := 0
+		for _, n := range d.Nodes {
+			onNodes += n.VMIs
+			if n.Seconds <= 0 || n.MovedSeconds <= 0 || n.MovedSeconds > n.Seconds {
+				t.Errorf("%s: node %s moved at %.1f s and empty at %.1f s: not measured", d.Controller, n.Name, n.MovedSeconds, n.Seconds)
+			}
+		}
+		if len(d.Nodes) != 3 || onNodes == 0 || d.Migrations-d.Repeated != onNodes || d.Succeeded != d.Migrations || d.Failed != 0 || d.Lost != 0 {
+			t.Errorf("%s: %d nodes with %d VMIs, %d evacuations (%d repeated), %d succeeded, %d failed, %d lost: want each VMI evacuated, none lost",
+				d.Controller, len(d.Nodes), onNodes, d.Migrations, d.Repeated, d.Succeeded, d.Failed, d.Lost)
+		}
+		if d.Samples == 0 || d.MaxInFlightCluster == 0 || d.MaxInFlightCluster > d.LimitPerCluster || d.MaxOutboundPerNode > d.LimitPerNode+d.Repeated {
+			t.Errorf("%s: %d samples, at most %d in flight (limit %d), %d out of a node (limit %d, %d repeated)",
+				d.Controller, d.Samples, d.MaxInFlightCluster, d.LimitPerCluster, d.MaxOutboundPerNode, d.LimitPerNode, d.Repeated)
+		}
+		if d.Repeated > 0 {
+			t.Logf("%s evacuated %d VMIs twice: %v", d.Controller, d.Repeated, d.RepeatedOff)
+		}
+	}
+	for _, file := range []string{"report.json", "cpu-virtshard-0.pprof"} {
 		if fi, err := os.Stat(filepath.Join(dir, file)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s missing or empty in --out: %v", file, err)
 		}
