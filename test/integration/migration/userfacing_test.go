@@ -2,7 +2,6 @@ package migration_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -163,7 +162,7 @@ func (e *env) waitRunning(name string) string {
 		node = v.Status.NodeName
 		return true, nil
 	}); err != nil {
-		e.t.Fatal(fmt.Sprintf("VMI %s not Running after two minutes", name))
+		e.t.Fatalf("VMI %s not Running after two minutes", name)
 	}
 	return node
 }
