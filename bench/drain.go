@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,7 +25,6 @@ import (
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/bench/kubevirt"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/bench/workload"
 	kvclient "github.com/virtshard/virtshard/client/kubevirt"
@@ -104,44 +104,13 @@ type DrainedNode struct {
 // on theirs.
 func (r *vmiRun) drains(ctx context.Context, ropts replicas.Options, ranges int) (*Report, error) {
 	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Machine: r.machine()}
-	kvNamespace := r.ns + "-kubevirt"
-	cleanup, err := r.namespaces(ctx, kvNamespace)
-	if err != nil {
-		return nil, err
-	}
-	defer cleanup()
-	stopHook, err := r.virtAPI(ctx, "virtshard-bench-drain", kvNamespace, r.ns)
-	if err != nil {
-		return nil, err
-	}
-	defer stopHook()
-
-	r.logf("%s: starting KubeVirt's virt-controller (log in %s)", r.scenario, ropts.LogDir)
-	kv, err := kubevirt.Start(ctx, r.copts, kubevirt.Options{LogDir: ropts.LogDir})
-	if err != nil {
-		return nil, err
-	}
-	run, err := r.drainRun(ctx, kvNamespace, "KubeVirt v1.8.1's virt-controller", &kubevirtUnderTest{c: kv})
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	_ = kv.Stop(stopCtx)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("%w (virt-controller's log: %s)", err, kv.LogPath())
-	}
-	rep.Drains = append(rep.Drains, *run)
-	// Its VMIs and pods would stay on the nodes through the replicas' run.
-	r.deleteNamespace(kvNamespace)
-
-	r.logf("%s: starting %d replicas (logs in %s)", r.scenario, r.replicas, ropts.LogDir)
-	if r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles, nil); err != nil {
-		return nil, err
-	}
-	r.ctrl = r.fleet
-	if run, err = r.drainRun(ctx, r.ns, fmt.Sprintf("virtshard, %d replicas", r.replicas), r.fleet); err != nil {
-		return nil, err
-	}
-	rep.Drains = append(rep.Drains, *run)
-	stats, _, err := r.fleet.stats(ctx)
+	stats, err := r.kubevirtThenReplicas(ctx, ropts, ranges, "virtshard-bench-drain", true, func(ns, name string, ctrl underTest) error {
+		run, err := r.drainRun(ctx, ns, name, ctrl)
+		if err == nil {
+			rep.Drains = append(rep.Drains, *run)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -163,13 +132,9 @@ func (r *vmiRun) drainRun(ctx context.Context, ns, name string, ctrl underTest) 
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	run.VMIs = r.vmis
-	nodes := slices.SortedFunc(func(yield func(string) bool) {
-		for n := range onNode {
-			if !yield(n) {
-				return
-			}
-		}
-	}, func(a, b string) int { return cmp.Or(cmp.Compare(len(onNode[b]), len(onNode[a])), cmp.Compare(a, b)) })
+	nodes := slices.SortedFunc(maps.Keys(onNode), func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(onNode[b]), len(onNode[a])), cmp.Compare(a, b))
+	})
 	nodes = nodes[:min(drainedNodes, len(nodes))]
 
 	before, writesBefore, err := ctrl.stats(ctx)

@@ -118,13 +118,36 @@ type FleetSample struct {
 // virt-controller.
 func (r *vmiRun) fleets(ctx context.Context, ropts replicas.Options, ranges int) (*Report, error) {
 	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Machine: r.machine()}
+	stats, err := r.kubevirtThenReplicas(ctx, ropts, ranges, "virtshard-bench-fleet", false, func(ns, name string, ctrl underTest) error {
+		run, err := r.fleetRun(ctx, ns, name, ctrl)
+		if err == nil {
+			rep.Fleets = append(rep.Fleets, *run)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep.ReplicaStats = stats
+	return rep, nil
+}
+
+// kubevirtThenReplicas runs run once under KubeVirt's virt-controller,
+// alone (it acts on every namespace), in a namespace of its own, then
+// under the replicas in the run's namespace, both namespaces with
+// virt-api's webhooks played (hook names their registration). fresh
+// deletes KubeVirt's namespace before the replicas start, so that its
+// objects do not stay on the nodes through their run. It returns the
+// replicas' stats at the end.
+func (r *vmiRun) kubevirtThenReplicas(ctx context.Context, ropts replicas.Options, ranges int, hook string, fresh bool,
+	run func(ns, name string, ctrl underTest) error) ([]ReplicaStats, error) {
 	kvNamespace := r.ns + "-kubevirt"
 	cleanup, err := r.namespaces(ctx, kvNamespace)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	stopHook, err := r.virtAPI(ctx, "virtshard-bench-fleet", kvNamespace, r.ns)
+	stopHook, err := r.virtAPI(ctx, hook, kvNamespace, r.ns)
 	if err != nil {
 		return nil, err
 	}
@@ -134,30 +157,27 @@ func (r *vmiRun) fleets(ctx context.Context, ropts replicas.Options, ranges int)
 	if err != nil {
 		return nil, err
 	}
-	run, err := r.fleetRun(ctx, kvNamespace, "KubeVirt v1.8.1's virt-controller", &kubevirtUnderTest{c: kv})
+	err = run(kvNamespace, "KubeVirt v1.8.1's virt-controller", &kubevirtUnderTest{c: kv})
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	_ = kv.Stop(stopCtx)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("%w (virt-controller's log: %s)", err, kv.LogPath())
 	}
-	rep.Fleets = append(rep.Fleets, *run)
+	if fresh {
+		r.deleteNamespace(kvNamespace)
+	}
 
 	r.logf("%s: starting %d replicas (logs in %s)", r.scenario, r.replicas, ropts.LogDir)
 	if r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles, nil); err != nil {
 		return nil, err
 	}
 	r.ctrl = r.fleet
-	if run, err = r.fleetRun(ctx, r.ns, fmt.Sprintf("virtshard, %d replicas", r.replicas), r.fleet); err != nil {
+	if err := run(r.ns, fmt.Sprintf("virtshard, %d replicas", r.replicas), r.fleet); err != nil {
 		return nil, err
 	}
-	rep.Fleets = append(rep.Fleets, *run)
 	stats, _, err := r.fleet.stats(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rep.ReplicaStats = stats
-	return rep, nil
+	return stats, err
 }
 
 // virtAPI plays virt-api's webhooks (bench/virtapi) for the namespaces
