@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -90,6 +91,10 @@ type Manager struct {
 	prepared     []bool
 	keepPrepared []time.Time
 	leading      atomic.Bool
+	// leftOut are the live members the leader assigns nothing because they
+	// share no protocol version with it, and the versions they speak.
+	// Leader loop only.
+	leftOut map[string]protocols
 
 	mu   sync.Mutex
 	held map[int]*holding
@@ -894,6 +899,22 @@ func (m *Manager) backOff(i int) time.Duration {
 	return d
 }
 
+// noteLeftOut logs the members left out of the assignment for their
+// protocol when that changes, and counts them.
+func (m *Manager) noteLeftOut(leftOut map[string]protocols) {
+	m.cfg.Metrics.setIncompatible(len(leftOut))
+	if maps.Equal(leftOut, m.leftOut) {
+		return
+	}
+	for id, p := range leftOut {
+		if q, ok := m.leftOut[id]; !ok || q != p {
+			klog.Background().Info("Member assigned no ranges: it shares no shard protocol version with the leader",
+				"member", id, "memberProtocols", p.String(), "leaderProtocols", ours.String())
+		}
+	}
+	m.leftOut = leftOut
+}
+
 func minTime(a, b time.Time) time.Time {
 	if a.Before(b) {
 		return a
@@ -913,16 +934,22 @@ func (m *Manager) liveMembers() (live []string, nextExpiry time.Time, err error)
 		return nil, nextExpiry, err
 	}
 	now := m.cfg.Clock.Now()
+	leftOut := map[string]protocols{}
 	for _, l := range leases {
 		id := holder(l)
 		if id == "" || l.Annotations[AnnotationLeaving] != "" || (id == m.cfg.Identity && m.leaving.Load()) {
 			continue
 		}
 		if at := m.obs.expiry(l, now); now.Before(at) {
-			live = append(live, id)
 			nextExpiry = earliest(nextExpiry, at)
+			if p := protocolsOf(l); !ours.compatible(p) {
+				leftOut[id] = p
+				continue
+			}
+			live = append(live, id)
 		}
 	}
+	m.noteLeftOut(leftOut)
 	if t := m.tenure.Load(); t != nil && !m.leaving.Load() && !slices.Contains(live, m.cfg.Identity) {
 		if _, standing := m.fenceOf(t.gen); standing {
 			live = append(live, m.cfg.Identity)

@@ -21,6 +21,7 @@ type Metrics struct {
 	relists              *prometheus.CounterVec
 	watchReselects       *prometheus.CounterVec
 	leader               prometheus.Gauge
+	incompatible         prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -80,12 +81,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "virtshard_shard_watch_reselects_total",
 			Help: "Times a shared range watch was reopened, from where it was, because the ranges it serves changed.",
 		}, []string{"resource"}),
+		incompatible: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "virtshard_shard_members_incompatible",
+			Help: "On the leader: live members it assigns no ranges because they share no shard protocol version with it (a rollout across an unsupported protocol gap).",
+		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_leader",
 			Help: "1 while this member is the leader publishing the assignment.",
 		}),
 	}
-	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.rangesAssigned, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.watchRestarts, m.relists, m.watchReselects, m.leader)
+	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.rangesAssigned, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.watchRestarts, m.relists, m.watchReselects, m.incompatible, m.leader)
 	return m
 }
 
@@ -176,6 +181,8 @@ func (m *Metrics) setLeader(leading bool) {
 		v := 0.0
 		if leading {
 			v = 1
+		} else {
+			m.incompatible.Set(0)
 		}
 		m.leader.Set(v)
 	}
@@ -192,4 +199,10 @@ func (m *Metrics) FilterDropped(resource string) float64 {
 		return 0
 	}
 	return out.GetCounter().GetValue()
+}
+
+func (m *Metrics) setIncompatible(n int) {
+	if m != nil {
+		m.incompatible.Set(float64(n))
+	}
 }

@@ -42,8 +42,10 @@ type RangeStatus struct {
 
 // MemberStatus is one member Lease, with what it holds.
 type MemberStatus struct {
-	Member    string
-	Tenure    string
+	Member string
+	Tenure string
+	// Protocols are the shard protocol versions it speaks ("2", "2-3").
+	Protocols string
 	LastRenew time.Time
 	Held      int
 	Assigned  int
@@ -87,6 +89,7 @@ func ReadMap(ctx context.Context, client kubernetes.Interface, namespace, name s
 			if id := holder(&l); id != "" {
 				member(id).LastRenew = renewed(&l)
 				member(id).Tenure = tenureOf(&l)
+				member(id).Protocols = protocolsOf(&l).String()
 			}
 		case l.Labels[LabelRole] == roleRange:
 			i, err := strconv.Atoi(l.Labels[LabelRange])
@@ -148,9 +151,9 @@ func (m Map) Write(w io.Writer, now time.Time) error {
 		gen = strconv.FormatInt(m.Assignment.Generation, 10)
 	}
 	fmt.Fprintf(tw, "leader: %s\tassignment generation: %s\n\n", orNone(m.Leader), gen)
-	fmt.Fprintln(tw, "MEMBER\tTENURE\tRANGES HELD\tASSIGNED\tLEADER\tLAST HEARTBEAT")
+	fmt.Fprintln(tw, "MEMBER\tTENURE\tPROTOCOL\tRANGES HELD\tASSIGNED\tLEADER\tLAST HEARTBEAT")
 	for _, ms := range m.Members {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%v\t%s\n", ms.Member, orNone(ms.Tenure), ms.Held, ms.Assigned, ms.Leader, age(ms.LastRenew, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%v\t%s\n", ms.Member, orNone(ms.Tenure), orNone(ms.Protocols), ms.Held, ms.Assigned, ms.Leader, age(ms.LastRenew, now))
 	}
 	fmt.Fprintln(tw, "\nRANGE\tHOLDER\tTENURE\tASSIGNED\tTAKEN\tTRANSITIONS")
 	for _, rs := range m.Ranges {

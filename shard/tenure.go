@@ -98,6 +98,7 @@ func (m *Manager) beat(ctx context.Context) error {
 		if m.leaving.Load() {
 			l.Annotations[AnnotationLeaving] = "true"
 		}
+		annotateProtocol(l)
 		m.annotateSynced(l)
 		return leases.Update(renewCtx, l, metav1.UpdateOptions{})
 	}
@@ -154,6 +155,7 @@ func (m *Manager) begin(ctx context.Context) error {
 	switch {
 	case apierrors.IsNotFound(err):
 		fresh := m.cfg.newLease(name, roleMember, id, start)
+		annotateProtocol(fresh)
 		m.annotateSynced(fresh)
 		taken, err = leases.Create(ctx, fresh, metav1.CreateOptions{})
 	case err != nil:
@@ -163,6 +165,7 @@ func (m *Manager) begin(ctx context.Context) error {
 	default:
 		next := current.DeepCopy()
 		setHolder(next, m.cfg.Identity, id, m.cfg.LeaseDuration, start)
+		annotateProtocol(next)
 		m.annotateSynced(next)
 		taken, err = leases.Update(ctx, next, metav1.UpdateOptions{})
 	}
