@@ -822,7 +822,7 @@ loop:
 			m.failures[h.i] = 0
 			m.mu.Unlock()
 			m.active[h.i].Store(true)
-			m.cfg.Metrics.activeChanged(1)
+			m.cfg.Metrics.activeChanged(h.i, true)
 			if !assignedAt.IsZero() {
 				m.cfg.Metrics.acquired(m.cfg.Clock.Since(assignedAt).Seconds())
 			}
@@ -838,7 +838,7 @@ loop:
 	}
 
 	if m.active[h.i].Swap(false) {
-		m.cfg.Metrics.activeChanged(-1)
+		m.cfg.Metrics.activeChanged(h.i, false)
 	}
 	cancelAcquire()
 	if acquired != nil {

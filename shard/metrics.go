@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -10,6 +12,7 @@ type Metrics struct {
 	ranges               prometheus.Gauge
 	rangesOwned          prometheus.Gauge
 	rangesActive         prometheus.Gauge
+	rangeActive          *prometheus.GaugeVec
 	rangesPrepared       prometheus.Gauge
 	rangesAssigned       prometheus.Gauge
 	assignmentGeneration prometheus.Gauge
@@ -39,6 +42,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "virtshard_shard_ranges_active",
 			Help: "Ranges this member holds and acts on: lease held and caches synced.",
 		}),
+		rangeActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "virtshard_shard_range_active",
+			Help: "1 for each range this member acts on (the series is gone when it stops): sum by (range) over the replicas shows the ranges served, and a range with no series is served by nobody.",
+		}, []string{"range"}),
 		rangesPrepared: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtshard_shard_ranges_prepared",
 			Help: "Ranges whose caches this member is warming before it may hold them: assigned to it, or likely to be if a member that stopped heartbeating dies.",
@@ -90,16 +97,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this member is the leader publishing the assignment.",
 		}),
 	}
-	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangesPrepared, m.rangesAssigned, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.watchRestarts, m.relists, m.watchReselects, m.incompatible, m.leader)
+	reg.MustRegister(m.ranges, m.rangesOwned, m.rangesActive, m.rangeActive, m.rangesPrepared, m.rangesAssigned, m.assignmentGeneration, m.handoffs, m.acquireLatency, m.renewFailures, m.filterDropped, m.watchRestarts, m.relists, m.watchReselects, m.incompatible, m.leader)
 	return m
 }
 
 // The methods below accept a nil *Metrics, so callers need no checks.
 
-func (m *Metrics) activeChanged(delta float64) {
-	if m != nil {
-		m.rangesActive.Add(delta)
+// activeChanged records that this member started (on) or stopped acting
+// on range i.
+func (m *Metrics) activeChanged(i int, on bool) {
+	if m == nil {
+		return
 	}
+	if on {
+		m.rangesActive.Inc()
+		m.rangeActive.WithLabelValues(strconv.Itoa(i)).Set(1)
+		return
+	}
+	m.rangesActive.Dec()
+	m.rangeActive.DeleteLabelValues(strconv.Itoa(i))
 }
 
 func (m *Metrics) setRanges(n int) {
