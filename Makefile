@@ -98,9 +98,25 @@ image: ## Build the controller's image as an OCI archive, without a container en
 controller: ## Build bin/virtshard-controller.
 	$(GO) build -o $(BIN)/virtshard-controller ./cmd/virtshard-controller
 
+# The release the upgrade scenario rolls the replicas from: the previous
+# commit unless PREVIOUS names another.
+PREVIOUS ?= HEAD~1
+PREVIOUS_ARGS = --previous-controller $(BIN)/virtshard-controller-previous --previous-name "commit $$(git rev-parse --short $(PREVIOUS))"
+
+.PHONY: controller-previous
+controller-previous: ## Build bin/virtshard-controller-previous from the commit PREVIOUS (default HEAD~1), for the upgrade scenario.
+	rm -rf $(BIN)/previous-src && mkdir -p $(BIN)/previous-src
+	git archive "$$(git rev-parse --verify $(PREVIOUS))" | tar -x -C $(BIN)/previous-src
+	cd $(BIN)/previous-src && $(GO) build -o $(BIN)/virtshard-controller-previous ./cmd/virtshard-controller
+	rm -rf $(BIN)/previous-src
+
 .PHONY: bench
-bench: tools controller ## Every bench scenario at full size (on the realistic workload the runs up to 10,000 VMIs take over an hour); rewrites BENCHMARKS.md's generated section and docs/bench/.
-	$(GO) run ./bench/cmd/virtshard-bench --suite full --controller $(BIN)/virtshard-controller --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
+bench: tools controller controller-previous ## Every bench scenario at full size (on the realistic workload the runs up to 10,000 VMIs take over an hour); rewrites BENCHMARKS.md's generated section and docs/bench/.
+	$(GO) run ./bench/cmd/virtshard-bench --suite full --controller $(BIN)/virtshard-controller $(PREVIOUS_ARGS) --out docs/bench --update BENCHMARKS.md $(BENCH_ARGS)
+
+.PHONY: bench-upgrade
+bench-upgrade: tools controller controller-previous ## The upgrade scenario: 2,000 VMIs moved to a new launcher image by KubeVirt's virt-controller, then by the replicas rolled from PREVIOUS's binary to this one.
+	$(GO) run ./bench/cmd/virtshard-bench --scenario upgrade --controller $(BIN)/virtshard-controller $(PREVIOUS_ARGS) $(BENCH_ARGS)
 
 .PHONY: bench-compare
 bench-compare: tools controller ## The side-by-side part of make bench: KubeVirt's virt-controller and virtshard with 1-4 replicas on one 2,000-VMI burst each (about 30 minutes); rewrites BENCHMARKS.md's generated section and docs/bench/.

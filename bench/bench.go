@@ -54,6 +54,10 @@ const (
 	// drain does, under KubeVirt's virt-controller and under --replicas
 	// replicas.
 	ScenarioDrain = "drain"
+	// ScenarioUpgrade runs --vmis VMIs and upgrades the controller to a
+	// new launcher image, KubeVirt's virt-controller and then the replicas
+	// rolled from --previous-controller (bench/upgrade.go).
+	ScenarioUpgrade = "upgrade"
 )
 
 var seriesScenarios = []string{ScenarioPodCeiling, ScenarioFloor}
@@ -76,6 +80,7 @@ var scenarioDefaults = map[string]struct {
 	ScenarioKubeVirt:   {2000, 1, 0},
 	ScenarioFleet:      {5000, 3, 0},
 	ScenarioDrain:      {2000, 3, 0},
+	ScenarioUpgrade:    {2000, 3, 0},
 }
 
 // Suites run many scenarios and write BENCHMARKS.md's generated section.
@@ -108,11 +113,16 @@ type Options struct {
 
 	// VMI scenarios.
 	Controller string
-	Replicas   int
-	VMIs       int
-	Creators   int
-	Rate       float64
-	Ranges     int
+	// PreviousController is the binary the upgrade scenario rolls the
+	// replicas from (Controller when empty), PreviousName what it is
+	// called in the report (its commit).
+	PreviousController string
+	PreviousName       string
+	Replicas           int
+	VMIs               int
+	Creators           int
+	Rate               float64
+	Ranges             int
 	// Migrations is how many of the VMIs the migrations scenario migrates
 	// (0: a fifth).
 	Migrations int
@@ -161,6 +171,8 @@ func (o *Options) Parse(args []string) error {
 	flags.Var(&concurrency, "concurrency", "comma-separated concurrent creators, one series each (series scenarios)")
 	flags.IntVar(&o.Runs, "runs", o.Runs, "runs per series; the report gives the median run (series scenarios)")
 	flags.StringVar(&o.Controller, "controller", o.Controller, "virtshard-controller binary")
+	flags.StringVar(&o.PreviousController, "previous-controller", o.PreviousController, "the virtshard-controller binary the upgrade scenario rolls the replicas from (default: --controller)")
+	flags.StringVar(&o.PreviousName, "previous-name", o.PreviousName, "what the report calls --previous-controller, e.g. its commit")
 	flags.IntVar(&o.Replicas, "replicas", o.Replicas, "controller replicas (default by scenario)")
 	flags.IntVar(&o.VMIs, "vmis", o.VMIs, "VMIs to create (default by scenario)")
 	flags.IntVar(&o.Creators, "creators", o.Creators, "concurrent VMI creators")

@@ -155,7 +155,7 @@ func (r *vmiRun) drainRun(ctx context.Context, ns, name string, ctrl underTest) 
 	if err := r.waitCordoned(ctx, nodes); err != nil {
 		return nil, err
 	}
-	sampler := &drainSampler{kube: r.kube, kv: r.kv, ns: ns}
+	sampler := &inFlightSampler{kube: r.kube, kv: r.kv, ns: ns}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() { sampler.run(sampleCtx); close(sampled) }()
@@ -244,36 +244,71 @@ func (r *vmiRun) drainRun(ctx context.Context, ns, name string, ctrl underTest) 
 }
 
 // runDrainVMIs creates the VMIs and waits until all run; it returns them
-// by node. Each migrates on eviction and is spread over the schedulable
-// nodes: a cordoned node is left out of the spread (nodeTaintsPolicy
-// Honor), or its emptying would forbid the other nodes every target.
+// by node.
 func (r *vmiRun) runDrainVMIs(ctx context.Context, ns string, timeout time.Duration) (map[string][]string, error) {
+	if err := r.createMigratableVMIs(ctx, ns, "drain", 0, r.vmis, 0); err != nil {
+		return nil, err
+	}
+	return r.waitMigratableRunning(ctx, ns, r.vmis, timeout)
+}
+
+// createMigratableVMIs creates VMIs prefix-from to prefix-(to-1), each
+// migrating on eviction and spread over the schedulable nodes: a cordoned
+// node is left out of the spread (nodeTaintsPolicy Honor), or its emptying
+// would forbid the other nodes every target. With a pace, one VMI is
+// created per pace; without, --creators create them at once.
+func (r *vmiRun) createMigratableVMIs(ctx context.Context, ns, prefix string, from, to int, pace time.Duration) error {
+	create := func(i int) error {
+		vmi := workload.VMI(fmt.Sprintf("%s-%05d", prefix, i))
+		vmi.Spec.EvictionStrategy = ptr.To(virtv1.EvictionStrategyLiveMigrate)
+		workload.Spread(vmi)
+		for j := range vmi.Spec.TopologySpreadConstraints {
+			vmi.Spec.TopologySpreadConstraints[j].NodeTaintsPolicy = ptr.To(corev1.NodeInclusionPolicyHonor)
+		}
+		_, err := r.kv.VirtualMachineInstances(ns).Create(ctx, vmi, metav1.CreateOptions{})
+		return err
+	}
+	if pace > 0 {
+		tick := time.NewTicker(pace)
+		defer tick.Stop()
+		for i := from; i < to; i++ {
+			if err := create(i); err != nil {
+				return fmt.Errorf("create VMIs: %w", err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+		}
+		return nil
+	}
 	work := make(chan int)
 	errs := make([]error, max(r.o.Creators, 1))
 	var wg sync.WaitGroup
 	for c := range errs {
 		wg.Go(func() {
 			for i := range work {
-				vmi := workload.VMI(fmt.Sprintf("drain-%05d", i))
-				vmi.Spec.EvictionStrategy = ptr.To(virtv1.EvictionStrategyLiveMigrate)
-				workload.Spread(vmi)
-				for j := range vmi.Spec.TopologySpreadConstraints {
-					vmi.Spec.TopologySpreadConstraints[j].NodeTaintsPolicy = ptr.To(corev1.NodeInclusionPolicyHonor)
-				}
-				if _, err := r.kv.VirtualMachineInstances(ns).Create(ctx, vmi, metav1.CreateOptions{}); err != nil && errs[c] == nil {
+				if err := create(i); err != nil && errs[c] == nil {
 					errs[c] = err
 				}
 			}
 		})
 	}
-	for i := range r.vmis {
+	for i := from; i < to; i++ {
 		work <- i
 	}
 	close(work)
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("create VMIs: %w", err)
+		return fmt.Errorf("create VMIs: %w", err)
 	}
+	return nil
+}
+
+// waitMigratableRunning waits until want VMIs of ns are Running and
+// migratable; it returns them by node.
+func (r *vmiRun) waitMigratableRunning(ctx context.Context, ns string, want int, timeout time.Duration) (map[string][]string, error) {
 	var onNode map[string][]string
 	running := 0
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
@@ -288,10 +323,10 @@ func (r *vmiRun) runDrainVMIs(ctx context.Context, ns string, timeout time.Durat
 				running++
 			}
 		}
-		return running == r.vmis, nil
+		return running == want, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%d of %d VMIs Running and migratable within %s", running, r.vmis, timeout)
+		return nil, fmt.Errorf("%d of %d VMIs Running and migratable within %s", running, want, timeout)
 	}
 	return onNode, nil
 }
@@ -362,15 +397,22 @@ func (r *vmiRun) uncordon(ctx context.Context, nodes []string) {
 	}
 }
 
-// drainSampler counts the evacuations in flight every 250 ms: a target
+// inFlightSampler counts the migrations in flight every 250 ms: a target
 // pod exists and its migration is not final; out of a node by the
-// migration's evacuation annotation. Pods are listed before migrations, as
+// migration's evacuation annotation, or else the node its VMI ran on when
+// the VMIs were last listed (every vmiNodesEvery at most, and only when a
+// migration in flight has no annotation: a VMI's node changes only when a
+// migration of it ends). Pods are listed before migrations, as
 // the migrations scenario's sampler does: a migration whose pod is seen is
 // then seen at least as late.
-type drainSampler struct {
+type inFlightSampler struct {
 	kube kubernetes.Interface
 	kv   *kvclient.Clientset
 	ns   string
+
+	// vmiNode is each VMI's node as last listed, at listed.
+	vmiNode map[string]string
+	listed  time.Time
 
 	mu         sync.Mutex
 	maxCluster int
@@ -379,13 +421,13 @@ type drainSampler struct {
 	evictions  int
 }
 
-func (s *drainSampler) addEvictions(n int) {
+func (s *inFlightSampler) addEvictions(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.evictions += n
 }
 
-func (s *drainSampler) run(ctx context.Context) {
+func (s *inFlightSampler) run(ctx context.Context) {
 	_ = wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		pods, err := s.kube.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: virtv1.MigrationJobLabel})
 		if err != nil {
@@ -397,15 +439,22 @@ func (s *drainSampler) run(ctx context.Context) {
 		}
 		live := map[types.UID]string{} // not final, by UID: the node it leaves
 		for _, m := range migrations.Items {
-			if !m.IsFinal() {
-				live[m.UID] = m.Annotations[virtv1.EvacuationMigrationAnnotation]
+			if m.IsFinal() {
+				continue
 			}
+			node := m.Annotations[virtv1.EvacuationMigrationAnnotation]
+			if node == "" {
+				node = s.nodeOf(ctx, m.Spec.VMIName)
+			}
+			live[m.UID] = node
 		}
 		cluster, perNode := 0, map[string]int{}
 		for _, pod := range pods.Items {
 			if node, ok := live[types.UID(pod.Labels[virtv1.MigrationJobLabel])]; ok {
 				cluster++
-				perNode[node]++
+				if node != "" {
+					perNode[node]++
+				}
 			}
 		}
 		s.mu.Lock()
@@ -417,6 +466,22 @@ func (s *drainSampler) run(ctx context.Context) {
 		}
 		return false, nil
 	})
+}
+
+// vmiNodesEvery is how often the sampler lists the VMIs at most.
+const vmiNodesEvery = 5 * time.Second
+
+// nodeOf is the node VMI name ran on when the VMIs were last listed.
+func (s *inFlightSampler) nodeOf(ctx context.Context, name string) string {
+	if time.Since(s.listed) >= vmiNodesEvery {
+		if list, err := s.kv.VirtualMachineInstances(s.ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"}); err == nil {
+			s.vmiNode, s.listed = map[string]string{}, time.Now()
+			for _, v := range list.Items {
+				s.vmiNode[v.Name] = v.Status.NodeName
+			}
+		}
+	}
+	return s.vmiNode[name]
 }
 
 // writeDrainMarkdown is a drain report as a table, a row per controller.

@@ -93,6 +93,38 @@ func (f *fleet) stop() {
 	wg.Wait()
 }
 
+// roll restarts every replica in turn with opts, highest ordinal first, as
+// a StatefulSet rolling update does: SIGTERM, wait until the others hold
+// every range (a handoff, whose seconds it returns), start the replica
+// again and wait until it holds ranges. retire, when not nil, is called
+// with each replica just before its SIGTERM.
+func (f *fleet) roll(ctx context.Context, opts replicas.Options, logf func(string, ...any), retire func(*replicas.Replica)) ([]float64, error) {
+	var handoffs []float64
+	for i := len(f.members) - 1; i >= 0; i-- {
+		old := f.member(i)
+		if retire != nil {
+			retire(old)
+		}
+		logf("rolling: SIGTERM %s", old.ID)
+		stopped := time.Now()
+		done := make(chan struct{})
+		go func() { old.Stop(30 * time.Second); close(done) }()
+		if _, err := f.waitOwnedWithout(ctx, old.ID, time.Minute); err != nil {
+			return handoffs, err
+		}
+		handoffs = append(handoffs, time.Since(stopped).Seconds())
+		<-done
+		f.opts = opts
+		if err := f.start(i); err != nil {
+			return handoffs, err
+		}
+		if err := f.waitHolding(ctx, f.name(i), time.Minute); err != nil {
+			return handoffs, err
+		}
+	}
+	return handoffs, nil
+}
+
 // owned returns the ranges each live replica acts on (lease held, caches
 // synced), by name; a replica that does not answer counts as holding none.
 // They are asked at once: a frozen replica takes its scrape's timeout.
@@ -230,33 +262,42 @@ func (f *fleet) stats(ctx context.Context) ([]ReplicaStats, map[string]float64, 
 	var stats []ReplicaStats
 	writes := map[string]float64{}
 	for _, r := range f.live() {
-		families, err := r.Metrics(ctx)
-		if err != nil {
-			return nil, nil, fmt.Errorf("scrape %s: %w", r.ID, err)
-		}
-		cpu, err := proc.CPUSeconds(r.PID())
+		s, w, err := replicaStats(ctx, r)
 		if err != nil {
 			return nil, nil, err
 		}
-		rss, err := proc.PeakRSSBytes(r.PID())
-		if err != nil {
-			return nil, nil, err
-		}
-		stats = append(stats, ReplicaStats{
-			Name:         r.ID,
-			OwnedRanges:  int(replicas.Sum(families, "virtshard_shard_ranges_owned", nil)),
-			PeakRSSBytes: rss,
-			CPUSeconds:   cpu,
-			CachedVMIs:   int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachineinstances"})),
-			CachedVMs:    int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachines"})),
-			ViewedMembers: int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": kinds.FleetVMIs.Resource}) +
-				replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": kinds.FleetVMs.Resource})),
-			WatchRestarts: int(replicas.Sum(families, "virtshard_shard_watch_restarts_total", nil)),
-			Relists:       int(replicas.Sum(families, "virtshard_shard_relists_total", nil)),
-		})
-		for key, v := range replicas.Writes(families) {
+		stats = append(stats, s)
+		for key, v := range w {
 			writes[key] += v
 		}
 	}
 	return stats, writes, nil
+}
+
+// replicaStats measures one replica as stats does.
+func replicaStats(ctx context.Context, r *replicas.Replica) (ReplicaStats, map[string]float64, error) {
+	families, err := r.Metrics(ctx)
+	if err != nil {
+		return ReplicaStats{}, nil, fmt.Errorf("scrape %s: %w", r.ID, err)
+	}
+	cpu, err := proc.CPUSeconds(r.PID())
+	if err != nil {
+		return ReplicaStats{}, nil, err
+	}
+	rss, err := proc.PeakRSSBytes(r.PID())
+	if err != nil {
+		return ReplicaStats{}, nil, err
+	}
+	return ReplicaStats{
+		Name:         r.ID,
+		OwnedRanges:  int(replicas.Sum(families, "virtshard_shard_ranges_owned", nil)),
+		PeakRSSBytes: rss,
+		CPUSeconds:   cpu,
+		CachedVMIs:   int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachineinstances"})),
+		CachedVMs:    int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": "virtualmachines"})),
+		ViewedMembers: int(replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": kinds.FleetVMIs.Resource}) +
+			replicas.Sum(families, "virtshard_informer_cached_objects", map[string]string{"resource": kinds.FleetVMs.Resource})),
+		WatchRestarts: int(replicas.Sum(families, "virtshard_shard_watch_restarts_total", nil)),
+		Relists:       int(replicas.Sum(families, "virtshard_shard_relists_total", nil)),
+	}, replicas.Writes(families), nil
 }

@@ -157,12 +157,15 @@ func (r *vmiRun) kubevirtThenReplicas(ctx context.Context, ropts replicas.Option
 	if err != nil {
 		return nil, err
 	}
-	err = run(kvNamespace, "KubeVirt v1.8.1's virt-controller", &kubevirtUnderTest{c: kv})
+	// The run may restart it (the upgrade scenario): the process to stop
+	// is the one kubevirtUnderTest has last.
+	kut := &kubevirtUnderTest{c: kv}
+	err = run(kvNamespace, "KubeVirt v1.8.1's virt-controller", kut)
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	_ = kv.Stop(stopCtx)
+	_ = kut.c.Stop(stopCtx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%w (virt-controller's log: %s)", err, kv.LogPath())
+		return nil, fmt.Errorf("%w (virt-controller's log: %s)", err, kut.c.LogPath())
 	}
 	if fresh {
 		r.deleteNamespace(kvNamespace)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/virtshard/virtshard/bench/cluster"
 	"github.com/virtshard/virtshard/bench/kubevirt"
 	"github.com/virtshard/virtshard/bench/proc"
 )
@@ -63,4 +64,22 @@ func (k *kubevirtUnderTest) stats(ctx context.Context) ([]ReplicaStats, map[stri
 		return nil, nil, err
 	}
 	return []ReplicaStats{{Name: "virt-controller", PeakRSSBytes: rss, CPUSeconds: cpu}}, kubevirt.Writes(families), nil
+}
+
+// restart stops virt-controller and starts it again with opts, as
+// virt-operator's rollout of a release replaces it, and returns how long
+// it took until the new process led.
+func (k *kubevirtUnderTest) restart(ctx context.Context, copts cluster.Options, opts kubevirt.Options) (time.Duration, error) {
+	start := time.Now()
+	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := k.c.Stop(stopCtx); err != nil {
+		return 0, fmt.Errorf("stop virt-controller: %w", err)
+	}
+	c, err := kubevirt.Start(ctx, copts, opts)
+	if err != nil {
+		return 0, err
+	}
+	k.c = c
+	return time.Since(start), nil
 }

@@ -117,6 +117,10 @@ type Report struct {
 	// Drain scenario: KubeVirt's virt-controller's run, then the replicas'.
 	Drains []DrainRun `json:"drains,omitempty"`
 
+	// Upgrade scenario: KubeVirt's virt-controller's run, then the
+	// replicas'.
+	Upgrades []UpgradeRun `json:"upgrades,omitempty"`
+
 	// Latency scenario: the open-loop runs (at --rate and at half the
 	// throughput measured first).
 	LatencyRuns []LatencyRun `json:"latencyRuns,omitempty"`
@@ -211,6 +215,10 @@ func (r *Report) writeText(out io.Writer) {
 	}
 	if r.Scenario == ScenarioDrain {
 		writeDrainMarkdown(out, r)
+		return
+	}
+	if r.Scenario == ScenarioUpgrade {
+		writeUpgradeMarkdown(out, r)
 		return
 	}
 	fmt.Fprintf(out, "%s: %d VMIs through %d replicas: %d Running in %.1f s = %.1f VMIs/s (to Scheduled: %.1f VMIs/s); %d stuck, %d duplicate launcher pods\n",

@@ -251,6 +251,15 @@ func (e *env) runScenario(ctx context.Context, scenario, out string) (*Report, e
 			}()
 			return r.drains(ctx, ropts, ranges)
 		}, r.writeReportOut
+	case ScenarioUpgrade:
+		selfStarted, writeOut = func() (*Report, error) {
+			defer func() {
+				if r.fleet != nil {
+					r.fleet.stop()
+				}
+			}()
+			return r.upgrades(ctx, ropts, ranges)
+		}, r.writeReportOut
 	}
 	if selfStarted != nil {
 		report, err := selfStarted()
@@ -659,26 +668,9 @@ func (r *vmiRun) rolling(ctx context.Context) (*Report, error) {
 		if err := f.waitRunning(ctx, r.vmis/10); err != nil {
 			return err
 		}
-		// Highest ordinal first, as the StatefulSet controller updates.
-		for i := r.replicas - 1; i >= 0; i-- {
-			old := r.fleet.member(i)
-			r.logf("rolling: SIGTERM %s", old.ID)
-			stopped := time.Now()
-			done := make(chan struct{})
-			go func() { old.Stop(30 * time.Second); close(done) }()
-			if _, err := r.fleet.waitOwnedWithout(ctx, old.ID, time.Minute); err != nil {
-				return err
-			}
-			handoffs = append(handoffs, time.Since(stopped).Seconds())
-			<-done
-			if err := r.fleet.start(i); err != nil {
-				return err
-			}
-			if err := r.fleet.waitHolding(ctx, r.fleet.name(i), time.Minute); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		handoffs, err = r.fleet.roll(ctx, r.fleet.opts, r.logf, nil)
+		return err
 	})
 	if err != nil {
 		return nil, err

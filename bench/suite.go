@@ -89,6 +89,7 @@ var suites = map[string][]suiteRun{
 		{ScenarioMigrations, 1000, 3, 0},
 		{ScenarioFleet, 5000, 3, 0},
 		{ScenarioDrain, 2000, 3, 0},
+		{ScenarioUpgrade, 2000, 3, 0},
 	}...),
 	SuiteSmoke: {
 		{ScenarioCeiling, 200, 0, 0},
@@ -102,6 +103,7 @@ var suites = map[string][]suiteRun{
 		{ScenarioMigrations, 100, 3, 0},
 		{ScenarioFleet, 60, 3, 0},
 		{ScenarioDrain, 60, 3, 0},
+		{ScenarioUpgrade, 40, 3, 0},
 	},
 }
 
@@ -245,6 +247,9 @@ func goals(reports []*Report) []goal {
 	if r := find(reports, ScenarioDrain, 0); r != nil && len(r.Drains) == 2 {
 		out = append(out, drainGoal(r.Drains[0], r.Drains[1]))
 	}
+	if r := find(reports, ScenarioUpgrade, 0); r != nil && len(r.Upgrades) == 2 {
+		out = append(out, upgradeGoal(r.Upgrades[0], r.Upgrades[1]))
+	}
 	if r := find(reports, ScenarioRolling, 0); r != nil {
 		out = append(out, goal{"rolling: every handoff", "≤ 2 s", fmt.Sprintf("max %.2f s of %d", r.TakeoverSeconds, len(r.HandoffSeconds)),
 			r.TakeoverSeconds <= 2 && r.Stuck == 0 && r.DuplicateLauncherPods == 0})
@@ -339,6 +344,13 @@ func (e *env) summary(w io.Writer, reports []*Report, measured time.Time) error 
 			"each timed until none of the run's pods is left on it; migrations in flight sampled every 250 ms; writes per migration are the controller's own, events and Leases apart:\n\n",
 			suiteRun{r.Scenario, r.VMIs, r.Replicas, 0}.command(), drainedNodes, evictionRetry)
 		writeDrainMarkdown(w, r)
+	}
+	if r := find(reports, ScenarioUpgrade, 0); r != nil {
+		fmt.Fprintf(w, "\nUpgrade (`%s`): the launcher image changed with the VMIs Running (KubeVirt's virt-controller restarted with it; the replicas rolled one by one "+
+			"from the previous release to this one, one killed once a third were updated), a tenth more VMIs created meanwhile, each timed until every VMI ran on the new launcher; "+
+			"migrations in flight sampled every 250 ms; writes per migration are the controller's own, events and Leases apart:\n\n",
+			suiteRun{r.Scenario, r.VMIs, r.Replicas, 0}.command())
+		writeUpgradeMarkdown(w, r)
 	}
 	fmt.Fprintln(w, "\nEvery run:")
 	fmt.Fprintln(w)

@@ -73,6 +73,10 @@ func TestSmoke(t *testing.T) {
 				checkDrains(t, r, filepath.Join(o.Out, r.Dir()))
 				return
 			}
+			if r.Scenario == bench.ScenarioUpgrade {
+				checkUpgrades(t, r)
+				return
+			}
 			if r.Running != r.VMIs || r.Stuck != 0 {
 				t.Errorf("%d of %d Running, %d stuck", r.Running, r.VMIs, r.Stuck)
 			}
@@ -273,4 +277,58 @@ func checkDrains(t *testing.T, r *bench.Report, dir string) {
 			t.Errorf("%s missing or empty in --out: %v", file, err)
 		}
 	}
+}
+
+// checkUpgrades checks an upgrade run: under both controllers every VMI
+// ends on the new launcher through the workload updater's migrations
+// within the limits, none lost, the KubeVirt CR's count back at 0; the
+// replicas' roll and kill sampled, every range served again, no write
+// outside its writer's tenure. (The smoke rolls the binary to itself: the
+// roll from the previous commit's is make bench's.)
+func checkUpgrades(t *testing.T, r *bench.Report) {
+	if len(r.Upgrades) != 2 {
+		t.Fatalf("%d upgrade runs, want KubeVirt's and the replicas'", len(r.Upgrades))
+	}
+	for _, u := range r.Upgrades {
+		total := u.VMIs + u.Created
+		if u.Created == 0 || u.Seconds <= 0 || u.RestartSeconds <= 0 {
+			t.Errorf("%s: %d VMIs created during the upgrade, none outdated after %.1f s, restart %.1f s: not measured", u.Controller, u.Created, u.Seconds, u.RestartSeconds)
+		}
+		// The VMIs created before the new launcher was in force are
+		// migrated; those created after are not.
+		if u.Migrations < u.VMIs || u.Migrations-u.Repeated > total || u.Succeeded != u.Migrations-u.Failed || u.Lost != 0 {
+			t.Errorf("%s: %d update migrations (%d repeated, %d succeeded, %d failed) for %d VMIs on the old launcher, %d lost",
+				u.Controller, u.Migrations, u.Repeated, u.Succeeded, u.Failed, u.VMIs, u.Lost)
+		}
+		if u.Samples == 0 || u.MaxInFlightCluster == 0 || u.MaxOutboundPerNode == 0 {
+			t.Errorf("%s: %d samples, at most %d in flight, %d out of a node: not measured", u.Controller, u.Samples, u.MaxInFlightCluster, u.MaxOutboundPerNode)
+		}
+		if u.CROutdated == nil || *u.CROutdated != 0 {
+			t.Errorf("%s: the KubeVirt CR's outdated count at the end %v, want 0", u.Controller, u.CROutdated)
+		}
+		if u.WritesPerMigration.ByVerbResource["create pods"] < 1 {
+			t.Errorf("%s: writes per migration %v: want at least its target pod's create", u.Controller, u.WritesPerMigration.ByVerbResource)
+		}
+	}
+	// The limits are virtshard's to keep; KubeVirt's virt-controller was
+	// once sampled with 3 out of one node (limit 2), recorded as measured.
+	v := r.Upgrades[1]
+	if v.MaxInFlightCluster > v.LimitPerCluster || v.MaxOutboundPerNode > v.LimitPerNode {
+		t.Errorf("%s: at most %d in flight (limit %d), %d out of a node (limit %d)", v.Controller, v.MaxInFlightCluster, v.LimitPerCluster, v.MaxOutboundPerNode, v.LimitPerNode)
+	}
+	if v.Roll == nil || v.Kill == nil {
+		t.Fatalf("%s: roll %v, kill %v: not measured", v.Controller, v.Roll, v.Kill)
+	}
+	if len(v.Roll.HandoffSeconds) != r.Replicas || v.Roll.Gaps.Samples == 0 || v.Roll.AuditedWrites == 0 {
+		t.Errorf("roll: handoffs %v, %d gap samples, %d audited writes: not measured", v.Roll.HandoffSeconds, v.Roll.Gaps.Samples, v.Roll.AuditedWrites)
+	}
+	if v.Roll.FencedWriteViolations != 0 {
+		t.Errorf("roll: %d fenced-write violations: %v", v.Roll.FencedWriteViolations, v.Roll.ViolationSamples)
+	}
+	// A killed replica's ranges wait for its tenure to expire: the
+	// samples must see them unserved.
+	if v.Kill.Samples == 0 || v.Kill.LongestRange < 0 {
+		t.Errorf("kill: %d samples, longest gap %.2f s (range %d): the takeover went unseen", v.Kill.Samples, v.Kill.LongestSeconds, v.Kill.LongestRange)
+	}
+	t.Logf("roll: %s; kill: %s", v.Roll.Gaps.Describe(), v.Kill.Describe())
 }
