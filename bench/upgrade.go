@@ -19,12 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/bench/kubevirt"
 	"github.com/virtshard/virtshard/bench/replicas"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/migration"
+	"github.com/virtshard/virtshard/shard"
 )
 
 // The upgrade scenario (ScenarioUpgrade) upgrades the controller with
@@ -120,8 +122,12 @@ type RangeGaps struct {
 	Ranges        int     `json:"ranges"`
 	PeriodSeconds float64 `json:"periodSeconds"`
 	Samples       int     `json:"samples"`
-	// FailedScrapes counted as the replica serving nothing.
+	// FailedScrapes counted as the replica serving nothing. FromLeases
+	// counts the scrapes of a release that exports no
+	// virtshard_shard_range_active: its ranges were those whose Leases it
+	// held, counted only while it acted on as many as it held.
 	FailedScrapes int `json:"failedScrapes"`
+	FromLeases    int `json:"fromLeases,omitempty"`
 	// LongestSeconds is the longest gap of any range, LongestRange its
 	// range (-1: none); OverGoal the ranges with a gap over gapGoal;
 	// UnservedRangeSeconds all gaps added up.
@@ -342,7 +348,7 @@ func (r *vmiRun) rollReplicas(ctx context.Context, f *fleet, next replicas.Optio
 	if err != nil {
 		return nil, err
 	}
-	gaps := newGapSampler(f)
+	gaps := newGapSampler(f, r.kube)
 	stop := gaps.start(ctx)
 	handoffs, err := f.roll(ctx, next, r.logf, func(old *replicas.Replica) { _ = acct.retireReplica(ctx, old) })
 	if err != nil {
@@ -364,7 +370,7 @@ func (r *vmiRun) killOne(ctx context.Context, f *fleet, acct *processTally) (fun
 	if err := acct.retireReplica(ctx, victim); err != nil {
 		return nil, err
 	}
-	gaps := newGapSampler(f)
+	gaps := newGapSampler(f, r.kube)
 	stop := gaps.start(ctx)
 	r.logf("%s: kill -9 %s", r.scenario, victim.ID)
 	victim.Kill()
@@ -531,17 +537,17 @@ func (t *processTally) end(ctx context.Context, ctrl underTest) (writes, cpu map
 // gapSampler samples which ranges the live replicas act on.
 type gapSampler struct {
 	f      *fleet
+	kube   kubernetes.Interface
 	period time.Duration
 
 	mu      sync.Mutex
 	g       RangeGaps
 	since   map[int]time.Time // unserved since
 	longest map[int]time.Duration
-	err     error
 }
 
-func newGapSampler(f *fleet) *gapSampler {
-	return &gapSampler{f: f, period: 250 * time.Millisecond, since: map[int]time.Time{}, longest: map[int]time.Duration{},
+func newGapSampler(f *fleet, kube kubernetes.Interface) *gapSampler {
+	return &gapSampler{f: f, kube: kube, period: 250 * time.Millisecond, since: map[int]time.Time{}, longest: map[int]time.Duration{},
 		g: RangeGaps{Ranges: f.ranges, PeriodSeconds: 0.25, LongestRange: -1}}
 }
 
@@ -572,13 +578,14 @@ func (s *gapSampler) start(ctx context.Context) func() (*RangeGaps, error) {
 		for i := range s.since {
 			s.close(i, now)
 		}
-		return &s.g, s.err
+		return &s.g, nil
 	}
 }
 
 func (s *gapSampler) sample(ctx context.Context) {
 	served := map[int]bool{}
 	failed := 0
+	var held map[string][]int // by holder, from the range Leases, read once if needed
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, rep := range s.f.live() {
@@ -604,8 +611,21 @@ func (s *gapSampler) sample(ctx context.Context) {
 					}
 				}
 			}
-			if active > 0 && n == 0 && s.err == nil {
-				s.err = fmt.Errorf("replica %s acts on %.0f ranges but exports no virtshard_shard_range_active: its release cannot be sampled", rep.ID, active)
+			if active == 0 || n > 0 {
+				return
+			}
+			// A release before virtshard_shard_range_active: the ranges
+			// whose Leases it holds count as served only while it acts on
+			// as many as it holds.
+			s.g.FromLeases++
+			if active != replicas.Sum(families, "virtshard_shard_ranges_owned", nil) {
+				return
+			}
+			if held == nil {
+				held = s.heldRanges(ctx)
+			}
+			for _, i := range held[rep.ID] {
+				served[i] = true
 			}
 		})
 	}
@@ -627,6 +647,22 @@ func (s *gapSampler) sample(ctx context.Context) {
 			s.close(i, now)
 		}
 	}
+}
+
+// heldRanges are the ranges each member holds, by the range Leases.
+func (s *gapSampler) heldRanges(ctx context.Context) map[string][]int {
+	out := map[string][]int{}
+	leases, err := s.kube.CoordinationV1().Leases(s.f.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: shard.LabelRole + "=range"})
+	if err != nil {
+		return out
+	}
+	for _, l := range leases.Items {
+		i, err := strconv.Atoi(l.Labels[shard.LabelRange])
+		if err == nil && l.Spec.HolderIdentity != nil {
+			out[*l.Spec.HolderIdentity] = append(out[*l.Spec.HolderIdentity], i)
+		}
+	}
+	return out
 }
 
 // close ends range i's gap at now.
@@ -685,7 +721,11 @@ func (g RangeGaps) Describe() string {
 		longest = fmt.Sprintf("longest gap %.2f s (range %d), %d of %d ranges unserved over %s once, %.1f range-seconds unserved in all",
 			g.LongestSeconds, g.LongestRange, g.OverGoal, g.Ranges, gapGoal, g.UnservedRangeSeconds)
 	}
-	return fmt.Sprintf("%s (sampled every %.2f s, %d samples, %d failed scrapes)", longest, g.PeriodSeconds, g.Samples, g.FailedScrapes)
+	how := fmt.Sprintf("sampled every %.2f s, %d samples, %d failed scrapes", g.PeriodSeconds, g.Samples, g.FailedScrapes)
+	if g.FromLeases > 0 {
+		how += fmt.Sprintf(", %d scrapes of the previous release read with its range Leases", g.FromLeases)
+	}
+	return fmt.Sprintf("%s (%s)", longest, how)
 }
 
 // upgradeGoal judges the replicas' upgrade: every VMI updated within the
