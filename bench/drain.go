@@ -399,20 +399,15 @@ func (r *vmiRun) uncordon(ctx context.Context, nodes []string) {
 
 // inFlightSampler counts the migrations in flight every 250 ms: a target
 // pod exists and its migration is not final; out of a node by the
-// migration's evacuation annotation, or else the node its VMI ran on when
-// the VMIs were last listed (every vmiNodesEvery at most, and only when a
-// migration in flight has no annotation: a VMI's node changes only when a
-// migration of it ends). Pods are listed before migrations, as
+// migration's evacuation annotation, or else by its VMI, read for each
+// such migration in flight: the source node its migration state records
+// for that migration, or before it records one the node it runs on. Pods are listed before migrations, as
 // the migrations scenario's sampler does: a migration whose pod is seen is
 // then seen at least as late.
 type inFlightSampler struct {
 	kube kubernetes.Interface
 	kv   *kvclient.Clientset
 	ns   string
-
-	// vmiNode is each VMI's node as last listed, at listed.
-	vmiNode map[string]string
-	listed  time.Time
 
 	mu         sync.Mutex
 	maxCluster int
@@ -442,19 +437,25 @@ func (s *inFlightSampler) run(ctx context.Context) {
 			if m.IsFinal() {
 				continue
 			}
-			node := m.Annotations[virtv1.EvacuationMigrationAnnotation]
-			if node == "" {
-				node = s.nodeOf(ctx, m.Spec.VMIName)
-			}
-			live[m.UID] = node
+			live[m.UID] = m.Annotations[virtv1.EvacuationMigrationAnnotation]
 		}
 		cluster, perNode := 0, map[string]int{}
+		byUID := map[types.UID]*virtv1.VirtualMachineInstanceMigration{}
+		for i := range migrations.Items {
+			byUID[migrations.Items[i].UID] = &migrations.Items[i]
+		}
 		for _, pod := range pods.Items {
-			if node, ok := live[types.UID(pod.Labels[virtv1.MigrationJobLabel])]; ok {
-				cluster++
-				if node != "" {
-					perNode[node]++
-				}
+			uid := types.UID(pod.Labels[virtv1.MigrationJobLabel])
+			node, ok := live[uid]
+			if !ok {
+				continue
+			}
+			cluster++
+			if node == "" {
+				node = s.sourceOf(ctx, byUID[uid])
+			}
+			if node != "" {
+				perNode[node]++
 			}
 		}
 		s.mu.Lock()
@@ -468,20 +469,16 @@ func (s *inFlightSampler) run(ctx context.Context) {
 	})
 }
 
-// vmiNodesEvery is how often the sampler lists the VMIs at most.
-const vmiNodesEvery = 5 * time.Second
-
-// nodeOf is the node VMI name ran on when the VMIs were last listed.
-func (s *inFlightSampler) nodeOf(ctx context.Context, name string) string {
-	if time.Since(s.listed) >= vmiNodesEvery {
-		if list, err := s.kv.VirtualMachineInstances(s.ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"}); err == nil {
-			s.vmiNode, s.listed = map[string]string{}, time.Now()
-			for _, v := range list.Items {
-				s.vmiNode[v.Name] = v.Status.NodeName
-			}
-		}
+// sourceOf is the node migration m moves its VMI off, "" if unknown.
+func (s *inFlightSampler) sourceOf(ctx context.Context, m *virtv1.VirtualMachineInstanceMigration) string {
+	vmi, err := s.kv.VirtualMachineInstances(s.ns).Get(ctx, m.Spec.VMIName, metav1.GetOptions{})
+	if err != nil {
+		return ""
 	}
-	return s.vmiNode[name]
+	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationUID == m.UID && ms.SourceNode != "" {
+		return ms.SourceNode
+	}
+	return vmi.Status.NodeName
 }
 
 // writeDrainMarkdown is a drain report as a table, a row per controller.

@@ -135,6 +135,8 @@ type RangeGaps struct {
 	LongestRange         int     `json:"longestRange"`
 	OverGoal             int     `json:"overGoal"`
 	UnservedRangeSeconds float64 `json:"unservedRangeSeconds"`
+	// PerRangeSeconds is each range's longest gap, by range index.
+	PerRangeSeconds []float64 `json:"perRangeSeconds"`
 }
 
 // upgrades runs the scenario: KubeVirt's virt-controller first, alone,
@@ -522,6 +524,12 @@ func (t *processTally) end(ctx context.Context, ctrl underTest) (writes, cpu map
 	if err != nil {
 		return nil, nil, err
 	}
+	writes, cpu = t.endWith(stats, now)
+	return writes, cpu, nil
+}
+
+// endWith is end with the running processes' figures.
+func (t *processTally) endWith(stats []ReplicaStats, now map[string]float64) (writes, cpu map[string]float64) {
 	t.add(stats, now)
 	writes = map[string]float64{}
 	for k, v := range t.writes {
@@ -531,7 +539,7 @@ func (t *processTally) end(ctx context.Context, ctrl underTest) (writes, cpu map
 	for n, v := range t.cpu {
 		cpu[n] = v - t.cpu0[n]
 	}
-	return writes, cpu, nil
+	return writes, cpu
 }
 
 // gapSampler samples which ranges the live replicas act on.
@@ -577,6 +585,10 @@ func (s *gapSampler) start(ctx context.Context) func() (*RangeGaps, error) {
 		now := time.Now()
 		for i := range s.since {
 			s.close(i, now)
+		}
+		s.g.PerRangeSeconds = make([]float64, s.f.ranges)
+		for i, d := range s.longest {
+			s.g.PerRangeSeconds[i] = d.Seconds()
 		}
 		return &s.g, nil
 	}

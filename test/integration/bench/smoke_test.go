@@ -310,8 +310,8 @@ func checkUpgrades(t *testing.T, r *bench.Report) {
 			t.Errorf("%s: writes per migration %v: want at least its target pod's create", u.Controller, u.WritesPerMigration.ByVerbResource)
 		}
 	}
-	// The limits are virtshard's to keep; KubeVirt's virt-controller was
-	// once sampled with 3 out of one node (limit 2), recorded as measured.
+	// The limits are virtshard's to keep; KubeVirt's samples are recorded
+	// as measured.
 	v := r.Upgrades[1]
 	if v.MaxInFlightCluster > v.LimitPerCluster || v.MaxOutboundPerNode > v.LimitPerNode {
 		t.Errorf("%s: at most %d in flight (limit %d), %d out of a node (limit %d)", v.Controller, v.MaxInFlightCluster, v.LimitPerCluster, v.MaxOutboundPerNode, v.LimitPerNode)
