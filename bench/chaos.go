@@ -165,6 +165,10 @@ func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	defer fleets.watch.stop()
+	migrating, err := r.startChaosMigrations(ctx)
+	if err != nil {
+		return nil, err
+	}
 	f := r.newFlow("vmi", r.vmis, r.rate)
 	stop := make(chan struct{})
 	var records []FaultRecord
@@ -180,11 +184,16 @@ func (r *vmiRun) chaos(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	fleetRun := fleets.finish(ctx)
+	migrated, err := migrating.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rep, err := r.report(ctx, m, r.vmis+fleetRun.ReplicaSetMembers+fleetRun.PoolMembers)
 	if err != nil {
 		return nil, err
 	}
 	rep.Faults = records
+	rep.ChaosMigrations = migrated
 	fleetRun.DuplicateLauncherPods = rep.DuplicateLauncherPods
 	rep.Fleets = []FleetRun{fleetRun}
 	// The API server restart replaced its process and reset its request

@@ -140,6 +140,9 @@ type Report struct {
 	// is matched against to excuse it (DelayedRefusedWrites), kept so that
 	// one the check did not match can be looked at.
 	HeldChunks []HeldChunk `json:"heldChunks,omitempty"`
+	// ChaosMigrations are the VMIs migrated over and over beside the
+	// flow, against the limits, and the VSOCK CIDs given under the faults.
+	ChaosMigrations *ChaosMigrations `json:"chaosMigrations,omitempty"`
 
 	// Migration is the migrations scenario's result, after the VMI run the
 	// rest of the report describes (an object of its own: its
@@ -271,6 +274,10 @@ func (r *Report) writeText(out io.Writer) {
 			fmt.Fprintf(out, "  violation: %s\n", v)
 		}
 	}
+	if c := r.ChaosMigrations; c != nil {
+		fmt.Fprintf(out, "beside the flow: %d migrations of %d VMIs created (of those kept, %d succeeded, %d failed, %d unfinished); in flight at most %d in the cluster (limit %d) and %d out of one node (limit %d), %d samples; %d VSOCK CIDs given, %d of them twice\n",
+			c.Created, c.VMIs, c.Succeeded, c.Failed, c.Unfinished, c.MaxInFlightCluster, c.LimitPerCluster, c.MaxOutboundPerNode, c.LimitPerNode, c.Samples, c.CIDs, c.DuplicateCIDs)
+	}
 	if m := r.Migration; m != nil {
 		fmt.Fprintf(out, "migrations: %d, %d succeeded, %d failed, %.2f/s, duration %s; in flight at most %d in the cluster (limit %d) and %d out of one node (limit %d), %d samples\n",
 			m.Migrations, m.Succeeded, m.Failed, m.MigrationsPerSecond, m.DurationSeconds, m.MaxInFlightCluster, m.LimitPerCluster,
@@ -319,6 +326,18 @@ func (r *Report) failures() []string {
 	}
 	if r.FencedWriteViolations == nil || *r.FencedWriteViolations > 0 {
 		out = append(out, "fenced-write violations (see the report)")
+	}
+	if c := r.ChaosMigrations; c != nil {
+		if c.MaxInFlightCluster > c.LimitPerCluster || c.MaxOutboundPerNode > c.LimitPerNode {
+			out = append(out, fmt.Sprintf("migration limits exceeded: %d in flight (limit %d), %d out of a node (limit %d)",
+				c.MaxInFlightCluster, c.LimitPerCluster, c.MaxOutboundPerNode, c.LimitPerNode))
+		}
+		if c.DuplicateCIDs > 0 || c.CIDs < c.VMIs {
+			out = append(out, fmt.Sprintf("VSOCK CIDs: %d of %d VMIs have one, %d given twice", c.CIDs, c.VMIs, c.DuplicateCIDs))
+		}
+		if c.Created == 0 || c.Samples == 0 {
+			out = append(out, "no migration beside the flow was made or sampled")
+		}
 	}
 	return out
 }

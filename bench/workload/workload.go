@@ -291,7 +291,7 @@ func Phases(ctx context.Context, kv *kubevirt.Clientset, namespace string) (map[
 }
 
 // LauncherPods counts the VMIs of namespace that have a launcher pod, and
-// the launcher pods beyond one per VMI.
+// the launcher pods beyond one per VMI, migration target pods apart.
 func LauncherPods(ctx context.Context, kube kubernetes.Interface, namespace string) (withPod, duplicates int, err error) {
 	pods, err := kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: virtv1.AppLabel + "=virt-launcher"})
 	if err != nil {
@@ -299,6 +299,9 @@ func LauncherPods(ctx context.Context, kube kubernetes.Interface, namespace stri
 	}
 	perVMI := map[string]int{}
 	for _, p := range pods.Items {
+		if _, target := p.Labels[virtv1.MigrationJobLabel]; target {
+			continue // a migration's target pod: the VMI's second pod by design
+		}
 		perVMI[p.Labels[virtv1.CreatedByLabel]]++
 	}
 	for _, n := range perVMI {
