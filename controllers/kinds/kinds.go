@@ -175,9 +175,12 @@ func PodFinished(pod *corev1.Pod) bool {
 // UnfinishedMigration reports whether the VMI has a migration that has not
 // ended (KubeVirt's ActiveMigrationExistsForVMI).
 func UnfinishedMigration(c *caches.Ranges, vmi *virtv1.VirtualMachineInstance) bool {
-	return slices.ContainsFunc(MigrationsOf(c, vmi.Namespace+"/"+vmi.Name), func(m *virtv1.VirtualMachineInstanceMigration) bool {
-		return !m.IsFinal()
-	})
+	return AnyUnfinished(MigrationsOf(c, vmi.Namespace+"/"+vmi.Name))
+}
+
+// AnyUnfinished reports whether one of ms has not ended.
+func AnyUnfinished(ms []*virtv1.VirtualMachineInstanceMigration) bool {
+	return slices.ContainsFunc(ms, func(m *virtv1.VirtualMachineInstanceMigration) bool { return !m.IsFinal() })
 }
 
 // MigrationsOf returns the cached migrations of the VMI namespace/name.

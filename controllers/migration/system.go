@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded"
 )
 
@@ -25,16 +24,19 @@ type System struct {
 	Priority    *virtv1.MigrationPriority
 }
 
-// CreateSystem creates s for vmi under the fence of range rangeIndex. Its
-// name is derived from the VMI, s.NameParts and the first attempt none of
-// the VMI's migrations is named by, so two replicas deciding from the same
+// CreateSystem creates s for vmi under the fence of range rangeIndex.
+// known are the VMI's migrations as the caller's decision read them (one
+// kinds.MigrationsOf): the name is derived from the VMI, s.NameParts and
+// the first attempt none of them is named by, so two decisions from the same
 // migrations pick one name and the API server lets only one create it;
-// KubeVirt's GenerateName prefix is kept beside it as a record. It returns
-// nil and no error when the range is no longer held or the migration
-// exists already (another replica made it).
-func CreateSystem(ctx context.Context, env *sharded.Env, rt *sharded.Runtime, rangeIndex int, vmi *virtv1.VirtualMachineInstance, s System) (*virtv1.VirtualMachineInstanceMigration, error) {
+// KubeVirt's GenerateName prefix is kept beside it as a record. The cache
+// is not read again here: a migration that reached it after the decision
+// (this replica's own, made a moment before) would push the name past its
+// own, and the VMI would get a second migration. It returns nil and no
+// error when the range is no longer held or the migration exists already.
+func CreateSystem(ctx context.Context, env *sharded.Env, rt *sharded.Runtime, rangeIndex int, vmi *virtv1.VirtualMachineInstance, known []*virtv1.VirtualMachineInstanceMigration, s System) (*virtv1.VirtualMachineInstanceMigration, error) {
 	taken := map[string]bool{}
-	for _, m := range kinds.MigrationsOf(env.Caches, vmi.Namespace+"/"+vmi.Name) {
+	for _, m := range known {
 		taken[m.Name] = true
 	}
 	m := &virtv1.VirtualMachineInstanceMigration{

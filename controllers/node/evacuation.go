@@ -100,12 +100,20 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 		candidates = candidates[:take]
 	}
 	var errs []error
-	for _, h := range candidates {
-		if err := c.createEvacuation(ctx, cfg, node.Name, h); err != nil {
+	for _, e := range candidates {
+		if err := c.createEvacuation(ctx, cfg, node.Name, e); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return evacuationRecheck, errors.Join(errs...)
+}
+
+// evacuee is a VMI to migrate off its node, with its migrations as the
+// decision to migrate it read them: its migration is named from them
+// (migration.CreateSystem).
+type evacuee struct {
+	held
+	known []*virtv1.VirtualMachineInstanceMigration
 }
 
 // sortCandidates splits the VMIs to leave into those to migrate now and
@@ -113,7 +121,7 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 // VMIs going away, not migrated on eviction (their eviction strategy, or
 // the cluster's), with a migration under way or a second pod still there
 // are neither.
-func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (candidates, cannot []held) {
+func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (candidates []evacuee, cannot []held) {
 	for _, h := range leaving {
 		vmi := h.Object
 		if !c.rt.Holds(h.Range.Index) || vmi.IsFinal() || vmi.DeletionTimestamp != nil || !migratesOnEviction(cfg, vmi) {
@@ -123,23 +131,24 @@ func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (
 			cannot = append(cannot, h)
 			continue
 		}
-		if kinds.UnfinishedMigration(c.env.Caches, vmi) || c.behindItsMigration(vmi) || activePods(h) > 1 {
+		known := kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name)
+		if kinds.AnyUnfinished(known) || behindItsMigration(vmi, known) || activePods(h) > 1 {
 			continue
 		}
-		candidates = append(candidates, h)
+		candidates = append(candidates, evacuee{held: h, known: known})
 	}
 	return candidates, cannot
 }
 
-// behindItsMigration: the VMI's newest migration succeeded, but the
-// cached VMI does not show it completed. The VMIs and the migrations come
-// through different watches, and the node is looked at the moment an
+// behindItsMigration: the VMI's newest migration (of known) succeeded, but
+// the cached VMI does not show it completed. The VMIs and the migrations
+// come through different watches, and the node is looked at the moment an
 // evacuation ends: the VMI has most likely left the node already, and a
 // second evacuation would migrate it again. The next look at the node
 // sees it.
-func (c *Controller) behindItsMigration(vmi *virtv1.VirtualMachineInstance) bool {
+func behindItsMigration(vmi *virtv1.VirtualMachineInstance, known []*virtv1.VirtualMachineInstanceMigration) bool {
 	var newest *virtv1.VirtualMachineInstanceMigration
-	for _, m := range kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name) {
+	for _, m := range known {
 		if newest == nil || newest.CreationTimestamp.Before(&m.CreationTimestamp) {
 			newest = m
 		}
@@ -204,10 +213,10 @@ func (c *Controller) room(cfg *clusterconfig.Config, node string, vmis []held) i
 	return min(limits.PerCluster-running, limits.PerNode-fromNode)
 }
 
-// createEvacuation creates the VMI's evacuation migration off node.
-func (c *Controller) createEvacuation(ctx context.Context, cfg *clusterconfig.Config, node string, h held) error {
-	vmi := h.Object
-	created, err := migration.CreateSystem(ctx, c.env, c.rt, h.Range.Index, vmi, evacuation(cfg, vmi, node))
+// createEvacuation creates the evacuee's migration off node.
+func (c *Controller) createEvacuation(ctx context.Context, cfg *clusterconfig.Config, node string, e evacuee) error {
+	vmi := e.Object
+	created, err := migration.CreateSystem(ctx, c.env, c.rt, e.Range.Index, vmi, e.known, evacuation(cfg, vmi, node))
 	if err != nil {
 		c.evacuations.Eventf(vmi, corev1.EventTypeWarning, reasonFailedCreate, "Error creating a Migration: %v", err)
 		return fmt.Errorf("create evacuation migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)

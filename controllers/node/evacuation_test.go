@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -8,12 +9,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 )
 
@@ -169,5 +172,36 @@ func TestEvacuationsKeepToTheMigrationLimits(t *testing.T) {
 	}
 	if events := f.Events(); !slices.Contains(events, "Normal FailedCreate "+notMigratableMessage) {
 		t.Errorf("events %q, want the VMI told it cannot migrate", events)
+	}
+}
+
+// A look at the node decided on a VMI before its own evacuation, made a
+// moment earlier, reached the cache, which holds it by the time the
+// migration is named: the name is the first one's and the API server
+// refuses it, so the VMI is not migrated twice.
+func TestAnEvacuationTheDecisionDidNotSeeIsNotMadeTwice(t *testing.T) {
+	f := newFixture(t, []runtime.Object{readyNode()}, evicted(runningVMI("a")))
+	if _, err := f.syncNode("node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(kinds.MigrationsOf(f.c.env.Caches, "default/a")) == 1, nil
+	}); err != nil {
+		t.Fatal("the first evacuation never reached the cache")
+	}
+	vmis := f.c.vmisOn("node-1")
+	if len(vmis) != 1 {
+		t.Fatalf("%d VMIs on the node, want 1", len(vmis))
+	}
+	cfg := f.c.env.ClusterConfig.Current()
+	if err := f.c.createEvacuation(context.Background(), cfg, "node-1", evacuee{held: vmis[0]}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := f.KubeVirt.Migrations("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Errorf("%d migrations of the VMI, want its one evacuation", len(list.Items))
 	}
 }

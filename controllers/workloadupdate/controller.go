@@ -199,13 +199,8 @@ func (c *Controller) sync(ctx context.Context, _ sharded.Item) (time.Duration, e
 // look sorts the VMIs of the ranges the replica acts on.
 func (c *Controller) look(cfg *clusterconfig.Config, s virtv1.KubeVirtWorkloadUpdateStrategy, now time.Time) plan {
 	j := judge{image: c.env.Template.LauncherImage, now: now,
-		unfinished: func(key string) bool {
-			for _, m := range kinds.MigrationsOf(c.env.Caches, key) {
-				if !m.IsFinal() {
-					return true
-				}
-			}
-			return false
+		migrations: func(key string) []*virtv1.VirtualMachineInstanceMigration {
+			return kinds.MigrationsOf(c.env.Caches, key)
 		},
 		updateMigrations: func(key string) int { return len(c.updateMigrations(key)) },
 	}
@@ -289,7 +284,7 @@ func (c *Controller) publish(ctx context.Context, cfg *clusterconfig.Config, w c
 // (every replica caches them all), in the share of the ranges the replica
 // holds: KubeVirt creates only what the limit lets run at once, and the
 // migration controller holds the limit whatever is created.
-func (c *Controller) migrate(ctx context.Context, cfg *clusterconfig.Config, candidates []held) []error {
+func (c *Controller) migrate(ctx context.Context, cfg *clusterconfig.Config, candidates []toMigrate) []error {
 	if len(candidates) == 0 {
 		return nil
 	}
@@ -311,17 +306,17 @@ func (c *Controller) migrate(ctx context.Context, cfg *clusterconfig.Config, can
 	}
 	share := (room*held + c.env.Ranges.Count() - 1) / c.env.Ranges.Count()
 	var errs []error
-	for _, h := range candidates[:min(share, len(candidates))] {
-		if err := c.createMigration(ctx, cfg, h); err != nil {
+	for _, v := range candidates[:min(share, len(candidates))] {
+		if err := c.createMigration(ctx, cfg, v); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errs
 }
 
-func (c *Controller) createMigration(ctx context.Context, cfg *clusterconfig.Config, h held) error {
-	vmi := h.Object
-	created, err := migration.CreateSystem(ctx, c.env, c.rt, h.Range.Index, vmi, workloadUpdate(cfg, vmi))
+func (c *Controller) createMigration(ctx context.Context, cfg *clusterconfig.Config, v toMigrate) error {
+	vmi := v.Object
+	created, err := migration.CreateSystem(ctx, c.env, c.rt, v.Range.Index, vmi, v.known, workloadUpdate(cfg, vmi))
 	if err != nil {
 		c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, reasonFailedCreate, "Error creating a Migration for automated workload update: %v", err)
 		return fmt.Errorf("create workload update migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)

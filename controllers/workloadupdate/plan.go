@@ -8,6 +8,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/caches"
+	"github.com/virtshard/virtshard/controllers/kinds"
 	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
@@ -24,7 +25,15 @@ type plan struct {
 	// migration allowed and the VMI can), evict (otherwise, when eviction
 	// is allowed), and abort (their change was reverted: the workload
 	// update migrations are deleted).
-	migrate, evict, abort []held
+	migrate      []toMigrate
+	evict, abort []held
+}
+
+// toMigrate is a VMI to migrate, with its migrations as the look read
+// them: its migration is named from them (migration.CreateSystem).
+type toMigrate struct {
+	held
+	known []*virtv1.VirtualMachineInstanceMigration
 }
 
 // judge is what a VMI's sorting depends on besides the VMI.
@@ -33,8 +42,8 @@ type judge struct {
 	image string
 	// migrateAllowed and evictAllowed are the strategy's methods.
 	migrateAllowed, evictAllowed bool
-	// unfinished: the VMI (namespace/name) has a migration not final.
-	unfinished func(vmiKey string) bool
+	// migrations are the VMI's (namespace/name) migrations.
+	migrations func(vmiKey string) []*virtv1.VirtualMachineInstanceMigration
 	// updateMigrations: the VMI's workload update migrations not final.
 	updateMigrations func(vmiKey string) int
 	now              time.Time
@@ -54,13 +63,13 @@ func (j judge) add(p *plan, h held) {
 	}
 	p.outdated[h.Range.Index]++
 	// Counted, but acted on only when no migration is under way.
-	key := vmi.Namespace + "/" + vmi.Name
-	if vmistatus.Migrating(vmi, j.now) || j.unfinished(key) {
+	known := j.migrations(vmi.Namespace + "/" + vmi.Name)
+	if vmistatus.Migrating(vmi, j.now) || kinds.AnyUnfinished(known) {
 		return
 	}
 	switch {
 	case j.migrateAllowed && (vmistatus.Migratable(vmi) || volumesMigrate(vmi)):
-		p.migrate = append(p.migrate, h)
+		p.migrate = append(p.migrate, toMigrate{held: h, known: known})
 	case j.evictAllowed:
 		p.evict = append(p.evict, h)
 	}

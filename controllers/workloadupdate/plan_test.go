@@ -84,7 +84,12 @@ func TestJudgeSortsAsKubeVirt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			j := judge{image: newImage, now: now,
-				unfinished:       func(string) bool { return tt.unfinished },
+				migrations: func(string) []*virtv1.VirtualMachineInstanceMigration {
+					if tt.unfinished {
+						return []*virtv1.VirtualMachineInstanceMigration{{}} // no phase yet
+					}
+					return nil
+				},
 				updateMigrations: func(string) int { return tt.updateMigs }}
 			for _, m := range tt.methods {
 				j.migrateAllowed = j.migrateAllowed || m == virtv1.WorkloadUpdateMethodLiveMigrate

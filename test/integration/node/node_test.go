@@ -321,4 +321,13 @@ func TestDrainedNodeIsEvacuatedWithinTheLimits(t *testing.T) {
 	if succeeded != len(placed) {
 		t.Errorf("%d evacuation migrations succeeded, want %d (one per VMI)", succeeded, len(placed))
 	}
+	if t.Failed() {
+		for _, m := range migrations.Items {
+			from, to := "", ""
+			if ms := m.Status.MigrationState; ms != nil {
+				from, to = ms.SourceNode, ms.TargetNode
+			}
+			t.Logf("migration %s of %s created %s: %s, %s -> %s", m.Name, m.Spec.VMIName, m.CreationTimestamp.Format(time.RFC3339), m.Status.Phase, from, to)
+		}
+	}
 }
