@@ -17,11 +17,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -60,11 +60,16 @@ type FleetRun struct {
 	PoolMembers       int          `json:"poolMembers"`
 	Phases            []FleetPhase `json:"phases"`
 	// Objects created beyond one per member, seen by the bench's watches
-	// (distinct UIDs): VMIs of the replica set, VMs and VMIs of the pool;
-	// and launcher pods beyond one per VMI, counted at the fleets' peaks.
+	// (distinct UIDs): VMIs of the replica set, VMs and VMIs of the pool,
+	// less the VMIs that ended (a member that failed is replaced: not a
+	// duplicate); and launcher pods beyond one per VMI, counted at the
+	// fleets' peaks.
 	DuplicateVMIs         int `json:"duplicateVMIs"`
 	DuplicateVMs          int `json:"duplicateVMs"`
 	DuplicateLauncherPods int `json:"duplicateLauncherPods"`
+	// EndedVMIs are the fleets' VMIs seen Failed or Succeeded, which their
+	// fleet replaces.
+	EndedVMIs int `json:"endedVMIs,omitempty"`
 	// NotReady says which fleet was not ready when the run expected it to
 	// be (the chaos scenario's, after its faults).
 	NotReady string `json:"notReady,omitempty"`
@@ -298,8 +303,9 @@ func (r *vmiRun) fleetRun(ctx context.Context, ns, name string, ctrl underTest) 
 		}); err != nil {
 		return nil, err
 	}
-	run.DuplicateVMIs = w.created(w.vmis, fleetRS) - members + w.created(w.vmis, fleetPool) - poolMembers
-	run.DuplicateVMs = w.created(w.vms, fleetPool) - poolMembers
+	run.DuplicateVMIs = w.beyondMembers(w.vmis, fleetRS, members) + w.beyondMembers(w.vmis, fleetPool, poolMembers)
+	run.DuplicateVMs = w.beyondMembers(w.vms, fleetPool, poolMembers)
+	run.EndedVMIs = w.endedVMIs()
 	return run, nil
 }
 
@@ -368,8 +374,9 @@ func fleetWrite(key string) bool {
 	return resource != "events" && resource != "leases"
 }
 
-// fleetWatch counts, from metadata watches of the run's namespace, the
-// distinct VMIs and VMs of each fleet ever seen and those still there.
+// fleetWatch counts, from watches of the run's namespace (objects trimmed
+// to their metadata and phase), the distinct VMIs and VMs of each fleet
+// ever seen, those that ended, and those still there.
 type fleetWatch struct {
 	vmis, vms *seen
 	stop      func()
@@ -377,9 +384,9 @@ type fleetWatch struct {
 
 // seen is one resource's objects by fleet label.
 type seen struct {
-	mu      sync.Mutex
-	created map[string]map[types.UID]bool
-	store   cache.Store
+	mu             sync.Mutex
+	created, ended map[string]map[types.UID]bool
+	store          cache.Store
 }
 
 func (w *fleetWatch) created(s *seen, fleet string) int {
@@ -388,42 +395,80 @@ func (w *fleetWatch) created(s *seen, fleet string) int {
 	return len(s.created[fleet])
 }
 
+// beyondMembers counts the fleet's objects created beyond one per member,
+// less those that ended (and were replaced).
+func (w *fleetWatch) beyondMembers(s *seen, fleet string, members int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.created[fleet]) - len(s.ended[fleet]) - members
+}
+
+// endedVMIs counts the VMIs of both fleets seen Failed or Succeeded.
+func (w *fleetWatch) endedVMIs() int {
+	w.vmis.mu.Lock()
+	defer w.vmis.mu.Unlock()
+	return len(w.vmis.ended[fleetRS]) + len(w.vmis.ended[fleetPool])
+}
+
 func (w *fleetWatch) live(s *seen, fleet string) int {
 	n := 0
 	for _, obj := range s.store.List() {
-		if obj.(*metav1.PartialObjectMetadata).Labels[fleetLabel] == fleet {
+		if obj.(*unstructured.Unstructured).GetLabels()[fleetLabel] == fleet {
 			n++
 		}
 	}
 	return n
 }
 
+// trimToPhase keeps an object's metadata (less managed fields and
+// annotations) and status.phase.
+func trimToPhase(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	u.SetManagedFields(nil)
+	u.SetAnnotations(nil)
+	delete(u.Object, "spec")
+	u.Object["status"] = map[string]any{"phase": phase}
+	return u, nil
+}
+
 func (r *vmiRun) watchFleets(ctx context.Context, ns string) (*fleetWatch, error) {
-	md, err := metadata.NewForConfig(r.cfg)
+	dyn, err := dynamic.NewForConfig(r.cfg)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w := &fleetWatch{stop: cancel}
 	start := func(resource string) (*seen, error) {
-		s := &seen{created: map[string]map[types.UID]bool{}}
+		s := &seen{created: map[string]map[types.UID]bool{}, ended: map[string]map[types.UID]bool{}}
 		gvr := schema.GroupVersionResource{Group: virtv1.GroupVersion.Group, Version: virtv1.GroupVersion.Version, Resource: resource}
-		inf := metadatainformer.NewFilteredMetadataInformer(md, gvr, ns, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+		inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 			o.LabelSelector = fleetLabel
 		}).Informer()
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
-			m, ok := obj.(*metav1.PartialObjectMetadata)
+		_ = inf.SetTransform(trimToPhase) // fails only on a started informer
+		note := func(obj any) {
+			u, ok := obj.(*unstructured.Unstructured)
 			if !ok {
 				return
 			}
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			fleet := m.Labels[fleetLabel]
-			if s.created[fleet] == nil {
-				s.created[fleet] = map[types.UID]bool{}
+			fleet := u.GetLabels()[fleetLabel]
+			add := func(to map[string]map[types.UID]bool) {
+				if to[fleet] == nil {
+					to[fleet] = map[types.UID]bool{}
+				}
+				to[fleet][u.GetUID()] = true
 			}
-			s.created[fleet][m.UID] = true
-		}}); err != nil {
+			add(s.created)
+			if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase == string(virtv1.Failed) || phase == string(virtv1.Succeeded) {
+				add(s.ended)
+			}
+		}
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, obj any) { note(obj) }}); err != nil {
 			return nil, err
 		}
 		s.store = inf.GetStore()
@@ -522,8 +567,8 @@ func fleetPoolOf(n int) *poolv1.VirtualMachinePool {
 // writeFleets prints a fleet report's runs.
 func (r *Report) writeFleets(out io.Writer) {
 	for _, run := range r.Fleets {
-		fmt.Fprintf(out, "%s: replica set of %d, pool of %d; duplicates: %d VMIs, %d VMs, %d launcher pods\n",
-			run.Controller, run.ReplicaSetMembers, run.PoolMembers, run.DuplicateVMIs, run.DuplicateVMs, run.DuplicateLauncherPods)
+		fmt.Fprintf(out, "%s: replica set of %d, pool of %d; duplicates: %d VMIs, %d VMs, %d launcher pods; %d VMIs ended\n",
+			run.Controller, run.ReplicaSetMembers, run.PoolMembers, run.DuplicateVMIs, run.DuplicateVMs, run.DuplicateLauncherPods, run.EndedVMIs)
 		if run.NotReady != "" {
 			fmt.Fprintf(out, "  not ready: %s\n", run.NotReady)
 		}
@@ -642,8 +687,9 @@ func (r *vmiRun) startChaosFleets(ctx context.Context) (*chaosFleets, error) {
 
 // finish waits, once the faults are over, until both fleets are ready
 // (5 minutes at most: NotReady says what was not), and counts what was
-// created beyond one per member. Nothing deletes a member during the run,
-// so any extra VMI or VM is a duplicate.
+// created beyond one per member. Nothing deletes a member during the run;
+// a VMI that ended (a fault can fail one) is replaced by its fleet, and
+// any other extra VMI or VM is a duplicate.
 func (c *chaosFleets) finish(ctx context.Context) FleetRun {
 	run := c.run
 	var set, pool int32
@@ -660,7 +706,8 @@ func (c *chaosFleets) finish(ctx context.Context) FleetRun {
 		run.NotReady = fmt.Sprintf("5 minutes after the faults: replica set %d of %d ready, pool %d of %d", set, run.ReplicaSetMembers, pool, run.PoolMembers)
 	}
 	w := c.watch
-	run.DuplicateVMIs = w.created(w.vmis, fleetRS) - run.ReplicaSetMembers + w.created(w.vmis, fleetPool) - run.PoolMembers
-	run.DuplicateVMs = w.created(w.vms, fleetPool) - run.PoolMembers
+	run.DuplicateVMIs = w.beyondMembers(w.vmis, fleetRS, run.ReplicaSetMembers) + w.beyondMembers(w.vmis, fleetPool, run.PoolMembers)
+	run.DuplicateVMs = w.beyondMembers(w.vms, fleetPool, run.PoolMembers)
+	run.EndedVMIs = w.endedVMIs()
 	return run
 }

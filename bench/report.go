@@ -323,6 +323,11 @@ func (r *Report) failures() []string {
 		if n := f.DuplicateVMIs + f.DuplicateVMs; n != 0 {
 			out = append(out, fmt.Sprintf("fleets: %d VMIs and %d VMs created beyond one per member", f.DuplicateVMIs, f.DuplicateVMs))
 		}
+		if f.EndedVMIs != 0 {
+			// Replaced, so not duplicates; but no fault of a run should
+			// end a VMI.
+			out = append(out, fmt.Sprintf("fleets: %d VMIs ended (Failed or Succeeded)", f.EndedVMIs))
+		}
 	}
 	if r.FencedWriteViolations == nil || *r.FencedWriteViolations > 0 {
 		out = append(out, "fenced-write violations (see the report)")
