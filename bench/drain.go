@@ -103,19 +103,11 @@ type DrainedNode struct {
 // acts on every namespace), its namespace deleted after, then the replicas
 // on theirs.
 func (r *vmiRun) drains(ctx context.Context, ropts replicas.Options, ranges int) (*Report, error) {
-	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Machine: r.machine()}
-	stats, err := r.kubevirtThenReplicas(ctx, ropts, ranges, "virtshard-bench-drain", true, func(ns, name string, ctrl underTest) error {
-		run, err := r.drainRun(ctx, ns, name, ctrl)
-		if err == nil {
-			rep.Drains = append(rep.Drains, *run)
-		}
-		return err
-	})
+	runs, stats, err := kubevirtThenReplicas(ctx, r, ropts, ranges, "virtshard-bench-drain", true, r.drainRun)
 	if err != nil {
 		return nil, err
 	}
-	rep.ReplicaStats = stats
-	return rep, nil
+	return &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Machine: r.machine(), Drains: runs, ReplicaStats: stats}, nil
 }
 
 // drainRun runs the VMIs in ns under ctrl, then drains the nodes most of
@@ -226,13 +218,7 @@ func (r *vmiRun) drainRun(ctx context.Context, ns, name string, ctrl underTest) 
 		}
 	}
 	run.Lost = r.vmis - running
-	run.WritesPerMigration = WritesPerVMI{ByVerbResource: map[string]float64{}}
-	for key, v := range writesAfter {
-		if d := v - writesBefore[key]; migrationWrite(key) && d > 0 {
-			run.WritesPerMigration.ByVerbResource[key] = d / float64(max(run.Migrations, 1))
-			run.WritesPerMigration.Total += d / float64(max(run.Migrations, 1))
-		}
-	}
+	run.WritesPerMigration = perMigration(deltas(writesBefore, writesAfter), run.Migrations)
 	cpuBefore := map[string]float64{}
 	for _, s := range before {
 		cpuBefore[s.Name] = s.CPUSeconds

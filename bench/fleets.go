@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/virtshard/virtshard/bench/virtapi"
-	"k8s.io/client-go/dynamic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -122,19 +121,11 @@ type FleetSample struct {
 // have no finalizer, and their deletion would ask nothing of
 // virt-controller.
 func (r *vmiRun) fleets(ctx context.Context, ropts replicas.Options, ranges int) (*Report, error) {
-	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Machine: r.machine()}
-	stats, err := r.kubevirtThenReplicas(ctx, ropts, ranges, "virtshard-bench-fleet", false, func(ns, name string, ctrl underTest) error {
-		run, err := r.fleetRun(ctx, ns, name, ctrl)
-		if err == nil {
-			rep.Fleets = append(rep.Fleets, *run)
-		}
-		return err
-	})
+	runs, stats, err := kubevirtThenReplicas(ctx, r, ropts, ranges, "virtshard-bench-fleet", false, r.fleetRun)
 	if err != nil {
 		return nil, err
 	}
-	rep.ReplicaStats = stats
-	return rep, nil
+	return &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Machine: r.machine(), Fleets: runs, ReplicaStats: stats}, nil
 }
 
 // kubevirtThenReplicas runs run once under KubeVirt's virt-controller,
@@ -142,35 +133,35 @@ func (r *vmiRun) fleets(ctx context.Context, ropts replicas.Options, ranges int)
 // under the replicas in the run's namespace, both namespaces with
 // virt-api's webhooks played (hook names their registration). fresh
 // deletes KubeVirt's namespace before the replicas start, so that its
-// objects do not stay on the nodes through their run. It returns the
-// replicas' stats at the end.
-func (r *vmiRun) kubevirtThenReplicas(ctx context.Context, ropts replicas.Options, ranges int, hook string, fresh bool,
-	run func(ns, name string, ctrl underTest) error) ([]ReplicaStats, error) {
+// objects do not stay on the nodes through their run. It returns both
+// runs' results, KubeVirt's first, and the replicas' stats at the end.
+func kubevirtThenReplicas[T any](ctx context.Context, r *vmiRun, ropts replicas.Options, ranges int, hook string, fresh bool,
+	run func(ctx context.Context, ns, name string, ctrl underTest) (*T, error)) ([]T, []ReplicaStats, error) {
 	kvNamespace := r.ns + "-kubevirt"
 	cleanup, err := r.namespaces(ctx, kvNamespace)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cleanup()
 	stopHook, err := r.virtAPI(ctx, hook, kvNamespace, r.ns)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer stopHook()
 	r.logf("%s: starting KubeVirt's virt-controller (log in %s)", r.scenario, ropts.LogDir)
 	kv, err := kubevirt.Start(ctx, r.copts, kubevirt.Options{LogDir: ropts.LogDir})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The run may restart it (the upgrade scenario): the process to stop
 	// is the one kubevirtUnderTest has last.
 	kut := &kubevirtUnderTest{c: kv}
-	err = run(kvNamespace, "KubeVirt v1.8.1's virt-controller", kut)
+	kubevirtRun, err := run(ctx, kvNamespace, "KubeVirt v1.8.1's virt-controller", kut)
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	_ = kut.c.Stop(stopCtx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%w (virt-controller's log: %s)", err, kut.c.LogPath())
+		return nil, nil, fmt.Errorf("%w (virt-controller's log: %s)", err, kut.c.LogPath())
 	}
 	if fresh {
 		r.deleteNamespace(kvNamespace)
@@ -178,14 +169,15 @@ func (r *vmiRun) kubevirtThenReplicas(ctx context.Context, ropts replicas.Option
 
 	r.logf("%s: starting %d replicas (logs in %s)", r.scenario, r.replicas, ropts.LogDir)
 	if r.fleet, err = startFleet(ctx, ropts, r.replicas, ranges, r.profiles, nil); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.ctrl = r.fleet
-	if err := run(r.ns, fmt.Sprintf("virtshard, %d replicas", r.replicas), r.fleet); err != nil {
-		return nil, err
+	replicasRun, err := run(ctx, r.ns, fmt.Sprintf("virtshard, %d replicas", r.replicas), r.fleet)
+	if err != nil {
+		return nil, nil, err
 	}
 	stats, _, err := r.fleet.stats(ctx)
-	return stats, err
+	return []T{*kubevirtRun, *replicasRun}, stats, err
 }
 
 // virtAPI plays virt-api's webhooks (bench/virtapi) for the namespaces
@@ -197,18 +189,13 @@ func (r *vmiRun) virtAPI(ctx context.Context, name string, namespaces ...string)
 		return nil, err
 	}
 	stop = func() { _ = hook.Stop(context.WithoutCancel(ctx)) }
-	dyn, err := dynamic.NewForConfig(r.cfg)
-	if err != nil {
-		stop()
-		return nil, err
-	}
 	for _, ns := range namespaces {
 		body := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, virtapi.Label)
 		if _, err := r.kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
 			stop()
 			return nil, fmt.Errorf("label namespace %s for virt-api's webhook: %w", ns, err)
 		}
-		if err := hook.WaitServed(ctx, dyn, ns); err != nil {
+		if err := hook.WaitServed(ctx, r.dyn, ns); err != nil {
 			stop()
 			return nil, err
 		}
@@ -436,16 +423,12 @@ func trimToPhase(obj any) (any, error) {
 }
 
 func (r *vmiRun) watchFleets(ctx context.Context, ns string) (*fleetWatch, error) {
-	dyn, err := dynamic.NewForConfig(r.cfg)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	w := &fleetWatch{stop: cancel}
 	start := func(resource string) (*seen, error) {
 		s := &seen{created: map[string]map[types.UID]bool{}, ended: map[string]map[types.UID]bool{}}
 		gvr := schema.GroupVersionResource{Group: virtv1.GroupVersion.Group, Version: virtv1.GroupVersion.Version, Resource: resource}
-		inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+		inf := dynamicinformer.NewFilteredDynamicInformer(r.dyn, gvr, ns, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 			o.LabelSelector = fleetLabel
 		}).Informer()
 		_ = inf.SetTransform(trimToPhase) // fails only on a started informer
@@ -478,6 +461,7 @@ func (r *vmiRun) watchFleets(ctx context.Context, ns string) (*fleetWatch, error
 		}
 		return s, nil
 	}
+	var err error
 	if w.vmis, err = start("virtualmachineinstances"); err != nil {
 		cancel()
 		return nil, err

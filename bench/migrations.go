@@ -67,13 +67,7 @@ func (r *vmiRun) migrations(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep.ReplicaStats = replicaStats
-	stats.WritesPerMigration = WritesPerVMI{ByVerbResource: map[string]float64{}}
-	for key, v := range after {
-		if d := v - before[key]; migrationWrite(key) && d > 0 {
-			stats.WritesPerMigration.ByVerbResource[key] = d / float64(count)
-			stats.WritesPerMigration.Total += d / float64(count)
-		}
-	}
+	stats.WritesPerMigration = perMigration(deltas(before, after), count)
 	rep.Migration = stats
 	return rep, nil
 }
@@ -85,6 +79,19 @@ func (r *vmiRun) migrations(ctx context.Context) (*Report, error) {
 func migrationWrite(key string) bool {
 	resource := replicas.WriteResource(key)
 	return resource != "events" && resource != "leases"
+}
+
+// perMigration divides the writes (by "verb resource") that count towards
+// a migration among migrations.
+func perMigration(writes map[string]float64, migrations int) WritesPerVMI {
+	out := WritesPerVMI{ByVerbResource: map[string]float64{}}
+	for key, v := range writes {
+		if migrationWrite(key) && v > 0 {
+			out.ByVerbResource[key] = v / float64(max(migrations, 1))
+			out.Total += v / float64(max(migrations, 1))
+		}
+	}
+	return out
 }
 
 // controllerWrites reads the live replicas' write counters now.

@@ -19,6 +19,7 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
@@ -43,6 +44,7 @@ type env struct {
 	cfg      *rest.Config
 	kube     kubernetes.Interface
 	kv       *kubevirt.Clientset
+	dyn      dynamic.Interface
 	progress io.Writer
 }
 
@@ -60,11 +62,15 @@ func newEnv(o *Options, copts cluster.Options) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var progress io.Writer = os.Stderr
 	if o.Output == "json" {
 		progress = nil
 	}
-	return &env{o: o, copts: copts, cfg: cfg, kube: kube, kv: kv, progress: progress}, nil
+	return &env{o: o, copts: copts, cfg: cfg, kube: kube, kv: kv, dyn: dyn, progress: progress}, nil
 }
 
 func (e *env) logf(format string, args ...any) {
@@ -376,14 +382,15 @@ func (e *env) limit(ctx context.Context, ns string, count int, run func(context.
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ns, err)
 	}
-	out := &ceilingRun{Result: res, clusterCPU: cpuDelta(cpuBefore, e.clusterCPU())}
+	out := &ceilingRun{Result: res, clusterCPU: deltas(cpuBefore, e.clusterCPU())}
 	if err := ceiling.WaitGone(ctx, e.kube, ns); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func cpuDelta(before, after map[string]float64) map[string]float64 {
+// deltas is each counter of after less its value in before.
+func deltas(before, after map[string]float64) map[string]float64 {
 	out := map[string]float64{}
 	for name, v := range after {
 		out[name] = v - before[name]
@@ -423,7 +430,7 @@ func (r *vmiRun) measure(ctx context.Context, f *flow) (*measured, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the API server's request counters: %w", err)
 	}
-	return &measured{flowResult: res, server: after.since(before), clusterCPU: cpuDelta(cpuBefore, r.clusterCPU())}, nil
+	return &measured{flowResult: res, server: after.since(before), clusterCPU: deltas(cpuBefore, r.clusterCPU())}, nil
 }
 
 // report fills the figures every VMI scenario has, from flow m; the

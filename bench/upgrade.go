@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -142,7 +141,6 @@ type RangeGaps struct {
 // upgrades runs the scenario: KubeVirt's virt-controller first, alone,
 // then the replicas, each on VMIs of its own.
 func (r *vmiRun) upgrades(ctx context.Context, ropts replicas.Options, ranges int) (*Report, error) {
-	rep := &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Machine: r.machine()}
 	var err error
 	// Each run sets the strategy once its controller made sure the CR is
 	// there; it is removed at the end.
@@ -167,29 +165,20 @@ func (r *vmiRun) upgrades(ctx context.Context, ropts replicas.Options, ranges in
 		}
 	}
 	ropts.Args = append(slices.Clone(ropts.Args), "--launcher-image", kubevirt.DefaultLauncherImage)
-	stats, err := r.kubevirtThenReplicas(ctx, ropts, ranges, "virtshard-bench-upgrade", true, func(ns, name string, ctrl underTest) error {
-		run, err := r.upgradeRun(ctx, ns, name, ctrl, next)
-		if err == nil {
-			rep.Upgrades = append(rep.Upgrades, *run)
-		}
-		return err
+	runs, stats, err := kubevirtThenReplicas(ctx, r, ropts, ranges, "virtshard-bench-upgrade", true, func(ctx context.Context, ns, name string, ctrl underTest) (*UpgradeRun, error) {
+		return r.upgradeRun(ctx, ns, name, ctrl, next)
 	})
 	if err != nil {
 		return nil, err
 	}
-	rep.ReplicaStats = stats
-	return rep, nil
+	return &Report{Scenario: r.scenario, VMIs: r.vmis, Replicas: r.replicas, Machine: r.machine(), Upgrades: runs, ReplicaStats: stats}, nil
 }
 
 // workloadUpdateStrategy merges strategy (JSON) into the KubeVirt CR's
 // spec.workloadUpdateStrategy; "null" removes it.
 func (r *vmiRun) workloadUpdateStrategy(ctx context.Context, strategy string) error {
-	dyn, err := dynamic.NewForConfig(r.cfg)
-	if err != nil {
-		return err
-	}
 	patch := fmt.Sprintf(`{"spec":{"workloadUpdateStrategy":%s}}`, strategy)
-	_, err = dyn.Resource(clusterconfig.KubeVirtResource).Namespace(kubevirt.Namespace).Patch(ctx, kubevirt.CRName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err := r.dyn.Resource(clusterconfig.KubeVirtResource).Namespace(kubevirt.Namespace).Patch(ctx, kubevirt.CRName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
 		return fmt.Errorf("set the KubeVirt CR's workload update strategy: %w", err)
 	}
@@ -301,13 +290,7 @@ func (r *vmiRun) upgradeRun(ctx context.Context, ns, name string, ctrl underTest
 	if err != nil {
 		return nil, err
 	}
-	run.WritesPerMigration = WritesPerVMI{ByVerbResource: map[string]float64{}}
-	for key, v := range writes {
-		if migrationWrite(key) && v > 0 {
-			run.WritesPerMigration.ByVerbResource[key] = v / float64(max(run.Migrations, 1))
-			run.WritesPerMigration.Total += v / float64(max(run.Migrations, 1))
-		}
-	}
+	run.WritesPerMigration = perMigration(writes, run.Migrations)
 	for _, n := range slices.Sorted(maps.Keys(cpu)) {
 		run.Processes = append(run.Processes, FleetLoad{Name: n, CPUSeconds: cpu[n]})
 	}
@@ -432,13 +415,9 @@ func (r *vmiRun) countUpdateMigrations(ctx context.Context, ns string, run *Upgr
 // crOutdated reads the KubeVirt CR's outdated count, waiting up to 30 s
 // for the controller to write 0.
 func (r *vmiRun) crOutdated(ctx context.Context) (*int, error) {
-	dyn, err := dynamic.NewForConfig(r.cfg)
-	if err != nil {
-		return nil, err
-	}
 	var count *int
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		cr, err := dyn.Resource(clusterconfig.KubeVirtResource).Namespace(kubevirt.Namespace).Get(ctx, kubevirt.CRName, metav1.GetOptions{})
+		cr, err := r.dyn.Resource(clusterconfig.KubeVirtResource).Namespace(kubevirt.Namespace).Get(ctx, kubevirt.CRName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -530,15 +509,7 @@ func (t *processTally) end(ctx context.Context, ctrl underTest) (writes, cpu map
 // endWith is end with the running processes' figures.
 func (t *processTally) endWith(stats []ReplicaStats, now map[string]float64) (writes, cpu map[string]float64) {
 	t.add(stats, now)
-	writes = map[string]float64{}
-	for k, v := range t.writes {
-		writes[k] = v - t.before[k]
-	}
-	cpu = map[string]float64{}
-	for n, v := range t.cpu {
-		cpu[n] = v - t.cpu0[n]
-	}
-	return writes, cpu
+	return deltas(t.before, t.writes), deltas(t.cpu0, t.cpu)
 }
 
 // gapSampler samples which ranges the live replicas act on.
@@ -596,7 +567,10 @@ func (s *gapSampler) start(ctx context.Context) func() *RangeGaps {
 func (s *gapSampler) sample(ctx context.Context) {
 	served := map[int]bool{}
 	failed := 0
-	var held map[string][]int // by holder, from the range Leases, read once if needed
+	// Replicas of a release without the per-range gauge: all of them, and
+	// those acting on every range they hold.
+	oldRelease := 0
+	var byLeases []string
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, rep := range s.f.live() {
@@ -627,16 +601,10 @@ func (s *gapSampler) sample(ctx context.Context) {
 			}
 			// A release before virtshard_shard_range_active: the ranges
 			// whose Leases it holds count as served only while it acts on
-			// as many as it holds.
-			s.g.FromLeases++
-			if active != replicas.Sum(families, "virtshard_shard_ranges_owned", nil) {
-				return
-			}
-			if held == nil {
-				held = s.heldRanges(ctx)
-			}
-			for _, i := range held[rep.ID] {
-				served[i] = true
+			// as many as it holds (read below, once for all).
+			oldRelease++
+			if active == replicas.Sum(families, "virtshard_shard_ranges_owned", nil) {
+				byLeases = append(byLeases, rep.ID)
 			}
 		})
 	}
@@ -644,11 +612,20 @@ func (s *gapSampler) sample(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	if len(byLeases) > 0 {
+		held := s.heldRanges(ctx)
+		for _, id := range byLeases {
+			for _, i := range held[id] {
+				served[i] = true
+			}
+		}
+	}
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.g.Samples++
 	s.g.FailedScrapes += failed
+	s.g.FromLeases += oldRelease
 	for i := range s.f.ranges {
 		_, open := s.since[i]
 		switch {
