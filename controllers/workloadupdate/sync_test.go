@@ -46,6 +46,13 @@ func kubeVirt(outdated *int, methods ...virtv1.WorkloadUpdateMethod) *virtv1.Kub
 
 func newFixture(t *testing.T, kv *virtv1.KubeVirt, objects ...runtime.Object) *fixture {
 	t.Helper()
+	return newFixtureHolding(t, nil, kv, objects...)
+}
+
+// newFixtureHolding is newFixture of a replica that holds only the ranges
+// held (all when nil).
+func newFixtureHolding(t *testing.T, held []int, kv *virtv1.KubeVirt, objects ...runtime.Object) *fixture {
+	t.Helper()
 	var cfg *clusterconfig.Config
 	var err error
 	if kv != nil {
@@ -71,7 +78,7 @@ func newFixture(t *testing.T, kv *virtv1.KubeVirt, objects ...runtime.Object) *f
 			return nil, nil, err
 		}
 		return c, c.declare(), nil
-	}, shardedtest.Cluster{Objects: objects, Config: shardedtest.StaticConfig{Config: cfg}, Clock: clk})
+	}, shardedtest.Cluster{Objects: objects, Config: shardedtest.StaticConfig{Config: cfg}, Clock: clk, Held: held})
 	return &fixture{f, c, clk}
 }
 
@@ -180,6 +187,23 @@ func TestOutdatedVMIsAreCountedAndMigratedWithinTheLimit(t *testing.T) {
 	}
 	if r := f.record(); r.total() != 7 {
 		t.Errorf("record %+v, want 7 outdated", r)
+	}
+}
+
+// A replica holding one of the fixture's four ranges creates at most its
+// share of the limit (5 × 1/4, rounded up: 2), all of it while the room
+// the running migrations leave (2) allows: not a share of that room.
+func TestAReplicaCreatesItsShareOfTheLimitWithinTheRoom(t *testing.T) {
+	held := []int{0}
+	objects := vmisWithPods(t, "old", 60, nil)
+	for i := range 3 {
+		objects = append(objects, &virtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("other-%d", i)},
+			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: fmt.Sprintf("elsewhere-%d", i)}, Status: virtv1.VirtualMachineInstanceMigrationStatus{Phase: virtv1.MigrationRunning}})
+	}
+	f := newFixtureHolding(t, held, kubeVirt(nil, virtv1.WorkloadUpdateMethodLiveMigrate), objects...)
+	f.sync()
+	if got := len(f.created()); got != 2 {
+		t.Errorf("%d migrations created, want 2: the replica's share of the limit, all the room left", got)
 	}
 }
 
