@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/sharded"
 )
 
@@ -24,19 +25,27 @@ type System struct {
 	Priority    *virtv1.MigrationPriority
 }
 
-// CreateSystem creates s for vmi under the fence of range rangeIndex.
-// known are the VMI's migrations as the caller's decision read them (one
-// kinds.MigrationsOf): the name is derived from the VMI, s.NameParts and
-// the first attempt none of them is named by, so two decisions from the same
-// migrations pick one name and the API server lets only one create it;
-// KubeVirt's GenerateName prefix is kept beside it as a record. The cache
-// is not read again here: a migration that reached it after the decision
-// (this replica's own, made a moment before) would push the name past its
-// own, and the VMI would get a second migration. It returns nil and no
-// error when the range is no longer held or the migration exists already.
-func CreateSystem(ctx context.Context, env *sharded.Env, rt *sharded.Runtime, rangeIndex int, vmi *virtv1.VirtualMachineInstance, known []*virtv1.VirtualMachineInstanceMigration, s System) (*virtv1.VirtualMachineInstanceMigration, error) {
+// Decided is a VMI of a held range that a controller decided to migrate,
+// with the VMI's migrations as that decision read them (one
+// kinds.MigrationsOf).
+type Decided struct {
+	caches.Found[*virtv1.VirtualMachineInstance]
+	Known []*virtv1.VirtualMachineInstanceMigration
+}
+
+// CreateSystem creates s for d's VMI under the fence of its range. The name
+// is derived from the VMI, s.NameParts and the first attempt none of d.Known
+// is named by, so two decisions from the same migrations pick one name and
+// the API server lets only one create it; KubeVirt's GenerateName prefix is
+// kept beside it as a record. The cache is not read again here: a migration
+// that reached it after the decision (this replica's own, made a moment
+// before) would push the name past its own, and the VMI would get a second
+// migration. It returns nil and no error when the range is no longer held
+// or the migration exists already.
+func CreateSystem(ctx context.Context, env *sharded.Env, rt *sharded.Runtime, d Decided, s System) (*virtv1.VirtualMachineInstanceMigration, error) {
+	vmi := d.Object
 	taken := map[string]bool{}
-	for _, m := range known {
+	for _, m := range d.Known {
 		taken[m.Name] = true
 	}
 	m := &virtv1.VirtualMachineInstanceMigration{
@@ -50,7 +59,7 @@ func CreateSystem(ctx context.Context, env *sharded.Env, rt *sharded.Runtime, ra
 		Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name, Priority: s.Priority},
 	}
 	var created *virtv1.VirtualMachineInstanceMigration
-	err := rt.Write(ctx, rangeIndex, func(ctx context.Context) (err error) {
+	err := rt.Write(ctx, d.Range.Index, func(ctx context.Context) (err error) {
 		created, err = env.KubeVirt.Migrations(vmi.Namespace).Create(ctx, m, metav1.CreateOptions{})
 		return err
 	})

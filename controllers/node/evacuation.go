@@ -100,20 +100,12 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 		candidates = candidates[:take]
 	}
 	var errs []error
-	for _, e := range candidates {
-		if err := c.createEvacuation(ctx, cfg, node.Name, e); err != nil {
+	for _, d := range candidates {
+		if err := c.createEvacuation(ctx, cfg, node.Name, d); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return evacuationRecheck, errors.Join(errs...)
-}
-
-// evacuee is a VMI to migrate off its node, with its migrations as the
-// decision to migrate it read them: its migration is named from them
-// (migration.CreateSystem).
-type evacuee struct {
-	held
-	known []*virtv1.VirtualMachineInstanceMigration
 }
 
 // sortCandidates splits the VMIs to leave into those to migrate now and
@@ -121,7 +113,7 @@ type evacuee struct {
 // VMIs going away, not migrated on eviction (their eviction strategy, or
 // the cluster's), with a migration under way or a second pod still there
 // are neither.
-func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (candidates []evacuee, cannot []held) {
+func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (candidates []migration.Decided, cannot []held) {
 	for _, h := range leaving {
 		vmi := h.Object
 		if !c.rt.Holds(h.Range.Index) || vmi.IsFinal() || vmi.DeletionTimestamp != nil || !migratesOnEviction(cfg, vmi) {
@@ -135,7 +127,7 @@ func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (
 		if kinds.AnyUnfinished(known) || behindItsMigration(vmi, known) || activePods(h) > 1 {
 			continue
 		}
-		candidates = append(candidates, evacuee{held: h, known: known})
+		candidates = append(candidates, migration.Decided{Found: h, Known: known})
 	}
 	return candidates, cannot
 }
@@ -213,10 +205,10 @@ func (c *Controller) room(cfg *clusterconfig.Config, node string, vmis []held) i
 	return min(limits.PerCluster-running, limits.PerNode-fromNode)
 }
 
-// createEvacuation creates the evacuee's migration off node.
-func (c *Controller) createEvacuation(ctx context.Context, cfg *clusterconfig.Config, node string, e evacuee) error {
-	vmi := e.Object
-	created, err := migration.CreateSystem(ctx, c.env, c.rt, e.Range.Index, vmi, e.known, evacuation(cfg, vmi, node))
+// createEvacuation creates the VMI's evacuation migration off node.
+func (c *Controller) createEvacuation(ctx context.Context, cfg *clusterconfig.Config, node string, d migration.Decided) error {
+	vmi := d.Object
+	created, err := migration.CreateSystem(ctx, c.env, c.rt, d, evacuation(cfg, vmi, node))
 	if err != nil {
 		c.evacuations.Eventf(vmi, corev1.EventTypeWarning, reasonFailedCreate, "Error creating a Migration: %v", err)
 		return fmt.Errorf("create evacuation migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)

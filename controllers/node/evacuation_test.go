@@ -17,6 +17,7 @@ import (
 	kvfake "github.com/virtshard/virtshard/client/kubevirt/fake"
 	"github.com/virtshard/virtshard/controllers/clusterconfig"
 	"github.com/virtshard/virtshard/controllers/kinds"
+	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/sharded/shardedtest"
 )
 
@@ -194,7 +195,7 @@ func TestAnEvacuationTheDecisionDidNotSeeIsNotMadeTwice(t *testing.T) {
 		t.Fatalf("%d VMIs on the node, want 1", len(vmis))
 	}
 	cfg := f.c.env.ClusterConfig.Current()
-	if err := f.c.createEvacuation(context.Background(), cfg, "node-1", evacuee{held: vmis[0]}); err != nil {
+	if err := f.c.createEvacuation(context.Background(), cfg, "node-1", migration.Decided{Found: vmis[0]}); err != nil {
 		t.Fatal(err)
 	}
 	list, err := f.KubeVirt.Migrations("default").List(context.Background(), metav1.ListOptions{})

@@ -286,9 +286,8 @@ func (c *Controller) publish(ctx context.Context, cfg *clusterconfig.Config, w c
 // creates only what the limit lets run at once, and the migration
 // controller holds the limit whatever is created. A share of the room
 // instead would leave a replica that looks just after another less than
-// the limit allows: three replicas created about four migrations per look
-// under a limit of five.
-func (c *Controller) migrate(ctx context.Context, cfg *clusterconfig.Config, candidates []toMigrate) []error {
+// the limit allows.
+func (c *Controller) migrate(ctx context.Context, cfg *clusterconfig.Config, candidates []migration.Decided) []error {
 	if len(candidates) == 0 {
 		return nil
 	}
@@ -310,17 +309,17 @@ func (c *Controller) migrate(ctx context.Context, cfg *clusterconfig.Config, can
 	}
 	share := min(room, (limits.PerCluster*held+c.env.Ranges.Count()-1)/c.env.Ranges.Count())
 	var errs []error
-	for _, v := range candidates[:min(share, len(candidates))] {
-		if err := c.createMigration(ctx, cfg, v); err != nil {
+	for _, d := range candidates[:min(share, len(candidates))] {
+		if err := c.createMigration(ctx, cfg, d); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errs
 }
 
-func (c *Controller) createMigration(ctx context.Context, cfg *clusterconfig.Config, v toMigrate) error {
-	vmi := v.Object
-	created, err := migration.CreateSystem(ctx, c.env, c.rt, v.Range.Index, vmi, v.known, workloadUpdate(cfg, vmi))
+func (c *Controller) createMigration(ctx context.Context, cfg *clusterconfig.Config, d migration.Decided) error {
+	vmi := d.Object
+	created, err := migration.CreateSystem(ctx, c.env, c.rt, d, workloadUpdate(cfg, vmi))
 	if err != nil {
 		c.env.Recorder.Eventf(vmi, corev1.EventTypeWarning, reasonFailedCreate, "Error creating a Migration for automated workload update: %v", err)
 		return fmt.Errorf("create workload update migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)

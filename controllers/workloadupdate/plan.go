@@ -9,6 +9,7 @@ import (
 
 	"github.com/virtshard/virtshard/controllers/caches"
 	"github.com/virtshard/virtshard/controllers/kinds"
+	"github.com/virtshard/virtshard/controllers/migration"
 	"github.com/virtshard/virtshard/controllers/vmistatus"
 )
 
@@ -25,15 +26,8 @@ type plan struct {
 	// migration allowed and the VMI can), evict (otherwise, when eviction
 	// is allowed), and abort (their change was reverted: the workload
 	// update migrations are deleted).
-	migrate      []toMigrate
+	migrate      []migration.Decided
 	evict, abort []held
-}
-
-// toMigrate is a VMI to migrate, with its migrations as the look read
-// them: its migration is named from them (migration.CreateSystem).
-type toMigrate struct {
-	held
-	known []*virtv1.VirtualMachineInstanceMigration
 }
 
 // judge is what a VMI's sorting depends on besides the VMI.
@@ -69,7 +63,7 @@ func (j judge) add(p *plan, h held) {
 	}
 	switch {
 	case j.migrateAllowed && (vmistatus.Migratable(vmi) || volumesMigrate(vmi)):
-		p.migrate = append(p.migrate, toMigrate{held: h, known: known})
+		p.migrate = append(p.migrate, migration.Decided{Found: h, Known: known})
 	case j.evictAllowed:
 		p.evict = append(p.evict, h)
 	}
