@@ -376,12 +376,6 @@ type seen struct {
 	store          cache.Store
 }
 
-func (w *fleetWatch) created(s *seen, fleet string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.created[fleet])
-}
-
 // beyondMembers counts the fleet's objects created beyond one per member,
 // less those that ended (and were replaced).
 func (w *fleetWatch) beyondMembers(s *seen, fleet string, members int) int {
