@@ -66,8 +66,8 @@ type FleetRun struct {
 	DuplicateVMIs         int `json:"duplicateVMIs"`
 	DuplicateVMs          int `json:"duplicateVMs"`
 	DuplicateLauncherPods int `json:"duplicateLauncherPods"`
-	// EndedVMIs are the fleets' VMIs seen Failed or Succeeded, which their
-	// fleet replaces.
+	// EndedVMIs are the fleets' VMIs seen Failed or Succeeded while not
+	// being deleted, which their fleet replaces.
 	EndedVMIs int `json:"endedVMIs,omitempty"`
 	// NotReady says which fleet was not ready when the run expected it to
 	// be (the chaos scenario's, after its faults).
@@ -384,7 +384,8 @@ func (w *fleetWatch) beyondMembers(s *seen, fleet string, members int) int {
 	return len(s.created[fleet]) - len(s.ended[fleet]) - members
 }
 
-// endedVMIs counts the VMIs of both fleets seen Failed or Succeeded.
+// endedVMIs counts the VMIs of both fleets seen Failed or Succeeded while
+// not being deleted.
 func (w *fleetWatch) endedVMIs() int {
 	w.vmis.mu.Lock()
 	defer w.vmis.mu.Unlock()
@@ -441,7 +442,9 @@ func (r *vmiRun) watchFleets(ctx context.Context, ns string) (*fleetWatch, error
 				to[fleet][u.GetUID()] = true
 			}
 			add(s.created)
-			if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase == string(virtv1.Failed) || phase == string(virtv1.Succeeded) {
+			// Ended on its own: one being deleted stops as asked.
+			if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); u.GetDeletionTimestamp() == nil &&
+				(phase == string(virtv1.Failed) || phase == string(virtv1.Succeeded)) {
 				add(s.ended)
 			}
 		}

@@ -213,8 +213,8 @@ func checkFleets(t *testing.T, r *bench.Report, dir string) {
 		}
 	}
 	vs := r.Fleets[1]
-	if vs.DuplicateVMIs != 0 || vs.DuplicateVMs != 0 || vs.DuplicateLauncherPods != 0 {
-		t.Errorf("%s: duplicates: %d VMIs, %d VMs, %d launcher pods", vs.Controller, vs.DuplicateVMIs, vs.DuplicateVMs, vs.DuplicateLauncherPods)
+	if vs.DuplicateVMIs != 0 || vs.DuplicateVMs != 0 || vs.DuplicateLauncherPods != 0 || vs.EndedVMIs != 0 {
+		t.Errorf("%s: duplicates: %d VMIs, %d VMs, %d launcher pods; %d VMIs ended", vs.Controller, vs.DuplicateVMIs, vs.DuplicateVMs, vs.DuplicateLauncherPods, vs.EndedVMIs)
 	}
 	if len(vs.Phases) == 4 {
 		cached := func(p bench.FleetPhase) (vmis, vms int) {
