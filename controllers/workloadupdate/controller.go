@@ -188,9 +188,13 @@ func (c *Controller) sync(ctx context.Context, _ sharded.Item) (time.Duration, e
 	errs = append(errs, c.evict(ctx, p.evict[:evict])...)
 	errs = append(errs, c.abort(ctx, p.abort)...)
 	var after time.Duration
-	if len(p.migrate) > 0 || len(p.evict) > 0 || len(p.abort) > 0 {
-		// KubeVirt looks again at once while any is left (its 30 s
-		// requeue is 30 ns): the throttle spaces the looks here.
+	if len(p.migrate) > 0 || len(p.evict) > 0 || len(p.abort) > 0 || mine > 0 {
+		// KubeVirt looks again at once while any is left to act on (its
+		// 30 s requeue is 30 ns): the throttle spaces the looks here. And
+		// while any is counted: a look on a migration's end may find its
+		// VMI's cached copy still outdated, and the VMI's next update (to
+		// the new launcher) is not one the updater hears of, so without
+		// another look the count would stay.
 		after = throttle
 	}
 	return after, errors.Join(errs...)

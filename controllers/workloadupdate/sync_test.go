@@ -207,6 +207,23 @@ func TestAReplicaCreatesItsShareOfTheLimitWithinTheRoom(t *testing.T) {
 	}
 }
 
+// A VMI counted outdated but migrating already is looked at again after
+// the throttle: the look that sees its migration end may see its cached
+// copy before the VMI moved to the new launcher, and its move is not an
+// event the updater hears of.
+func TestACountedVMIIsLookedAtAgain(t *testing.T) {
+	migrating := func(v *virtv1.VirtualMachineInstance) {
+		v.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{StartTimestamp: &metav1.Time{Time: time.Now()}}
+	}
+	f := newFixture(t, kubeVirt(nil, virtv1.WorkloadUpdateMethodLiveMigrate), vmisWithPods(t, "old", 1, migrating)...)
+	if after := f.sync(); after != throttle {
+		t.Errorf("look again after %s, want %s while a VMI is counted", after, throttle)
+	}
+	if n := len(f.created()); n != 0 {
+		t.Errorf("%d migrations of a migrating VMI", n)
+	}
+}
+
 // The count is replaced (tested first, as KubeVirt's patch) when it
 // differs, and left when it does not.
 func TestTheCountIsReplacedOnlyWhenItDiffers(t *testing.T) {
