@@ -2,6 +2,7 @@ package workloadupdate_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,8 +79,17 @@ func TestALiveUpdateOfCPUSocketsReachesTheVMIThroughAMigration(t *testing.T) {
 	if after.Status.NodeName == before.Status.NodeName {
 		t.Errorf("the VMI stayed on %s: the hotplug is taken by a migration", before.Status.NodeName)
 	}
-	migrations, err := kv.Migrations(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
+	// The migration ends after the VMI shows it (the node reports the
+	// migration completed, then the migration controller marks it).
+	var migrations *virtv1.VirtualMachineInstanceMigrationList
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := kv.Migrations(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		migrations = list
+		return !slices.ContainsFunc(list.Items, func(m virtv1.VirtualMachineInstanceMigration) bool { return !m.IsFinal() }), nil
+	}); err != nil && migrations == nil {
 		t.Fatal(err)
 	}
 	if len(migrations.Items) != 1 || !strings.HasPrefix(migrations.Items[0].Name, "kubevirt-workload-update-") ||
