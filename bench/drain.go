@@ -418,27 +418,22 @@ func (s *inFlightSampler) run(ctx context.Context) {
 		if err != nil {
 			return false, nil
 		}
-		live := map[types.UID]string{} // not final, by UID: the node it leaves
-		for _, m := range migrations.Items {
-			if m.IsFinal() {
-				continue
+		live := map[types.UID]*virtv1.VirtualMachineInstanceMigration{} // not final, by UID
+		for i, m := range migrations.Items {
+			if !m.IsFinal() {
+				live[m.UID] = &migrations.Items[i]
 			}
-			live[m.UID] = m.Annotations[virtv1.EvacuationMigrationAnnotation]
 		}
 		cluster, perNode := 0, map[string]int{}
-		byUID := map[types.UID]*virtv1.VirtualMachineInstanceMigration{}
-		for i := range migrations.Items {
-			byUID[migrations.Items[i].UID] = &migrations.Items[i]
-		}
 		for _, pod := range pods.Items {
-			uid := types.UID(pod.Labels[virtv1.MigrationJobLabel])
-			node, ok := live[uid]
+			m, ok := live[types.UID(pod.Labels[virtv1.MigrationJobLabel])]
 			if !ok {
 				continue
 			}
 			cluster++
+			node := m.Annotations[virtv1.EvacuationMigrationAnnotation]
 			if node == "" {
-				node = s.sourceOf(ctx, byUID[uid])
+				node = s.sourceOf(ctx, m)
 			}
 			if node != "" {
 				perNode[node]++

@@ -206,7 +206,6 @@ func (c *Controller) look(cfg *clusterconfig.Config, s virtv1.KubeVirtWorkloadUp
 		migrations: func(key string) []*virtv1.VirtualMachineInstanceMigration {
 			return kinds.MigrationsOf(c.env.Caches, key)
 		},
-		updateMigrations: func(key string) int { return len(c.updateMigrations(key)) },
 	}
 	for _, m := range s.WorkloadUpdateMethods {
 		j.migrateAllowed = j.migrateAllowed || m == virtv1.WorkloadUpdateMethodLiveMigrate
@@ -226,17 +225,6 @@ func (c *Controller) look(cfg *clusterconfig.Config, s virtv1.KubeVirtWorkloadUp
 	// Not always the same VMIs first, should some not move.
 	rand.Shuffle(len(p.migrate), func(a, b int) { p.migrate[a], p.migrate[b] = p.migrate[b], p.migrate[a] })
 	return p
-}
-
-// updateMigrations are the VMI's workload update migrations not final.
-func (c *Controller) updateMigrations(vmiKey string) []*virtv1.VirtualMachineInstanceMigration {
-	var out []*virtv1.VirtualMachineInstanceMigration
-	for _, m := range kinds.MigrationsOf(c.env.Caches, vmiKey) {
-		if _, ok := m.Annotations[virtv1.WorkloadUpdateMigrationAnnotation]; ok && !m.IsFinal() {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 func equalCounts(a, b map[int]int) bool {
@@ -413,7 +401,7 @@ func (c *Controller) abort(ctx context.Context, vmis []held) []error {
 	var errs []error
 	for _, h := range vmis {
 		vmi := h.Object
-		for _, m := range c.updateMigrations(vmi.Namespace + "/" + vmi.Name) {
+		for _, m := range unfinishedUpdates(kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name)) {
 			err := c.rt.Write(ctx, h.Range.Index, func(ctx context.Context) error {
 				return c.env.KubeVirt.Migrations(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{})
 			})

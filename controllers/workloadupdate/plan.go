@@ -38,18 +38,18 @@ type judge struct {
 	migrateAllowed, evictAllowed bool
 	// migrations are the VMI's (namespace/name) migrations.
 	migrations func(vmiKey string) []*virtv1.VirtualMachineInstanceMigration
-	// updateMigrations: the VMI's workload update migrations not final.
-	updateMigrations func(vmiKey string) int
-	now              time.Time
+	now        time.Time
 }
 
 // add sorts one VMI into p.
 func (j judge) add(p *plan, h held) {
 	vmi := h.Object
-	switch {
-	case vmi.Status.Phase != virtv1.Running || vmi.IsFinal() || vmi.DeletionTimestamp != nil:
+	if vmi.Status.Phase != virtv1.Running || vmi.IsFinal() || vmi.DeletionTimestamp != nil {
 		return
-	case j.abortChange(vmi) && !j.outdatedImage(vmi):
+	}
+	known := j.migrations(vmi.Namespace + "/" + vmi.Name)
+	switch {
+	case j.abortChange(vmi, known) && !j.outdatedImage(vmi):
 		p.abort = append(p.abort, h)
 		return
 	case !j.outdatedImage(vmi) && !j.changeNeedsMigration(vmi):
@@ -57,7 +57,6 @@ func (j judge) add(p *plan, h held) {
 	}
 	p.outdated[h.Range.Index]++
 	// Counted, but acted on only when no migration is under way.
-	known := j.migrations(vmi.Namespace + "/" + vmi.Name)
 	if vmistatus.Migrating(vmi, j.now) || kinds.AnyUnfinished(known) {
 		return
 	}
@@ -93,8 +92,8 @@ func (j judge) changeNeedsMigration(vmi *virtv1.VirtualMachineInstance) bool {
 // change was called off (the abortion annotation), or is gone and the
 // migration has not yet reached the point where the target domain is
 // ready.
-func (j judge) abortChange(vmi *virtv1.VirtualMachineInstance) bool {
-	n := j.updateMigrations(vmi.Namespace + "/" + vmi.Name)
+func (j judge) abortChange(vmi *virtv1.VirtualMachineInstance, known []*virtv1.VirtualMachineInstanceMigration) bool {
+	n := len(unfinishedUpdates(known))
 	if _, ok := vmi.Annotations[virtv1.WorkloadUpdateMigrationAbortionAnnotation]; ok {
 		return n > 0
 	}
@@ -105,6 +104,17 @@ func (j judge) abortChange(vmi *virtv1.VirtualMachineInstance) bool {
 		return false
 	}
 	return n > 0
+}
+
+// unfinishedUpdates are the workload update migrations of ms not final.
+func unfinishedUpdates(ms []*virtv1.VirtualMachineInstanceMigration) []*virtv1.VirtualMachineInstanceMigration {
+	var out []*virtv1.VirtualMachineInstanceMigration
+	for _, m := range ms {
+		if _, ok := m.Annotations[virtv1.WorkloadUpdateMigrationAnnotation]; ok && !m.IsFinal() {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func volumesChangePending(vmi *virtv1.VirtualMachineInstance) bool {

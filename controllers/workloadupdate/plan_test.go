@@ -85,12 +85,15 @@ func TestJudgeSortsAsKubeVirt(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			j := judge{image: newImage, now: now,
 				migrations: func(string) []*virtv1.VirtualMachineInstanceMigration {
-					if tt.unfinished {
-						return []*virtv1.VirtualMachineInstanceMigration{{}} // no phase yet
+					switch {
+					case tt.updateMigs > 0:
+						return []*virtv1.VirtualMachineInstanceMigration{{ObjectMeta: metav1.ObjectMeta{
+							Annotations: map[string]string{virtv1.WorkloadUpdateMigrationAnnotation: ""}}}} // no phase yet
+					case tt.unfinished:
+						return []*virtv1.VirtualMachineInstanceMigration{{}}
 					}
 					return nil
-				},
-				updateMigrations: func(string) int { return tt.updateMigs }}
+				}}
 			for _, m := range tt.methods {
 				j.migrateAllowed = j.migrateAllowed || m == virtv1.WorkloadUpdateMethodLiveMigrate
 				j.evictAllowed = j.evictAllowed || m == virtv1.WorkloadUpdateMethodEvict
