@@ -32,8 +32,9 @@ var Known = []Difference{
 	{
 		Kind: "Event", Path: "count", Outcomes: []Outcome{Differ},
 		Reason: "an event a controller records on every sync of its object (migrationTargetPodUnschedulable, a " +
-			"canceled migration's FailedMigration) is counted as often as it synced; KubeVirt syncs again after " +
-			"each of its own writes, virtshard writes less",
+			"canceled migration's FailedMigration, a migration's MigrationBackoff) is counted as often as it synced; " +
+			"the number of syncs is each controller's own (KubeVirt syncs again after each of its own writes, " +
+			"virtshard writes less; in vmi-evacuation-backoff virtshard's migration syncs more during the backoff)",
 	},
 	{
 		Kind: "VirtualMachineInstance", Path: "status.phaseTransitionTimestamps[*].**", Outcomes: []Outcome{Extra},

@@ -36,6 +36,11 @@ import (
 const (
 	evacuationNoRoomRecheck     = 5 * time.Second
 	evacuationNotMigratableTell = time.Minute
+	// evacuationPodRecheck: virtshard's, for a VMI whose last migration's
+	// pod has not ended yet (a failed evacuation's target). KubeVirt looks
+	// at the node again on the VMI's next update; virtshard does not look
+	// on every VMI update, so it looks again shortly.
+	evacuationPodRecheck = time.Second
 )
 
 // The events of evacuations, KubeVirt's.
@@ -76,9 +81,13 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 		leaving = markedToLeave(node.Name, vmis)
 	}
 	cfg := c.env.ClusterConfig.Current()
-	candidates, cannot := c.sortCandidates(cfg, leaving)
+	candidates, cannot, podsEnding := c.sortCandidates(cfg, leaving)
+	recheck := evacuationRecheck
+	if podsEnding {
+		recheck = evacuationPodRecheck
+	}
 	if len(candidates) == 0 && len(cannot) == 0 {
-		return evacuationRecheck, nil
+		return recheck, nil
 	}
 	if !cfg.MigrationPriorityQueueEnabled() {
 		room := c.room(cfg, node.Name, vmis)
@@ -95,7 +104,7 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 				// Keeps the events from expiring while the VMIs stay.
 				return evacuationNotMigratableTell, nil
 			}
-			return evacuationRecheck, nil
+			return recheck, nil
 		}
 		candidates = candidates[:take]
 	}
@@ -105,15 +114,15 @@ func (c *Controller) evacuate(ctx context.Context, node *corev1.Node, vmis []hel
 			errs = append(errs, err)
 		}
 	}
-	return evacuationRecheck, errors.Join(errs...)
+	return recheck, errors.Join(errs...)
 }
 
 // sortCandidates splits the VMIs to leave into those to migrate now and
 // those that cannot migrate, as KubeVirt's filterRunningNonMigratingVMIs:
 // VMIs going away, not migrated on eviction (their eviction strategy, or
 // the cluster's), with a migration under way or a second pod still there
-// are neither.
-func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (candidates []migration.Decided, cannot []held) {
+// are neither; podsEnding reports a VMI left out only for a second pod.
+func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (candidates []migration.Decided, cannot []held, podsEnding bool) {
 	for _, h := range leaving {
 		vmi := h.Object
 		if !c.rt.Holds(h.Range.Index) || vmi.IsFinal() || vmi.DeletionTimestamp != nil || !migratesOnEviction(cfg, vmi) {
@@ -124,12 +133,16 @@ func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (
 			continue
 		}
 		known := kinds.MigrationsOf(c.env.Caches, vmi.Namespace+"/"+vmi.Name)
-		if kinds.AnyUnfinished(known) || behindItsMigration(vmi, known) || activePods(h) > 1 {
+		if kinds.AnyUnfinished(known) || behindItsMigration(vmi, known) {
+			continue
+		}
+		if activePods(h) > 1 {
+			podsEnding = true
 			continue
 		}
 		candidates = append(candidates, migration.Decided{Found: h, Known: known})
 	}
-	return candidates, cannot
+	return candidates, cannot, podsEnding
 }
 
 // behindItsMigration: the VMI's newest migration (of known) succeeded, but

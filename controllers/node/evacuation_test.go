@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -204,5 +205,35 @@ func TestAnEvacuationTheDecisionDidNotSeeIsNotMadeTwice(t *testing.T) {
 	}
 	if len(list.Items) != 1 {
 		t.Errorf("%d migrations of the VMI, want its one evacuation", len(list.Items))
+	}
+}
+
+// A marked VMI whose failed evacuation's target pod has not ended yet
+// gets no second evacuation, and its node is looked at again within a
+// second rather than at the usual recheck: KubeVirt looks again on the
+// VMI's next update, which virtshard does not wait for. Once the target
+// pod ended, the evacuation is made.
+func TestAVMIWaitingForItsTargetPodToEndIsLookedAtSoon(t *testing.T) {
+	vmi := evicted(runningVMI("again"))
+	rng := strconv.Itoa(shardedtest.Ranges(t).Owner(vmi))
+	source := withPhase(launcherPod(vmi, rng), corev1.PodRunning)
+	target := withPhase(launcherPod(vmi, rng), corev1.PodRunning)
+	target.Name, target.UID, target.Spec.NodeName = "virt-launcher-again-target", "pod-target", "node-2"
+	f := newFixture(t, []runtime.Object{readyNode(), source, target}, vmi)
+	after, err := f.syncNode("node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(createdMigrations(f)) != 0 || after != evacuationPodRecheck {
+		t.Errorf("%d migrations, looked at again after %s; want none, after %s", len(createdMigrations(f)), after, evacuationPodRecheck)
+	}
+
+	ended := withPhase(target.DeepCopy(), corev1.PodSucceeded)
+	f = newFixture(t, []runtime.Object{readyNode(), source, ended}, vmi)
+	if _, err := f.syncNode("node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if len(createdMigrations(f)) != 1 {
+		t.Errorf("%d migrations once the target pod ended, want 1", len(createdMigrations(f)))
 	}
 }
