@@ -257,6 +257,9 @@ func migratability(vmi *virtv1.VirtualMachineInstance) virtv1.VirtualMachineInst
 			continue
 		}
 		info := claims[v.Name]
+		if slices.ContainsFunc(vmi.Status.MigratedVolumes, func(m virtv1.StorageMigratedVolumeInfo) bool { return m.VolumeName == v.Name }) {
+			continue // copied along (checkVolumesForMigration)
+		}
 		if info == nil {
 			return notMigratable(virtv1.VirtualMachineInstanceReasonDisksNotMigratable, fmt.Sprintf("cannot migrate VMI: Unable to determine if PVC %v is shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)", name))
 		}
@@ -314,6 +317,33 @@ func hotplugged(vmi *virtv1.VirtualMachineInstance) {
 	}
 	delete(vmi.Labels, virtv1.VirtualMachinePodMemoryRequestsLabel)
 	delete(vmi.Labels, virtv1.MemoryHotplugOverheadRatioLabel)
+}
+
+// volumesMoved is what the target's virt-handler reports once a volume
+// migration copied the VMI's volumes to their new claims
+// (replaceMigratedVolumesStatus, removeMigratedVolumes in virt-handler's
+// migration-target.go): each moved claim's status describes its
+// destination, and the VolumesChange mark and the list of moves are gone.
+func volumesMoved(vmi *virtv1.VirtualMachineInstance) {
+	if len(vmi.Status.MigratedVolumes) == 0 {
+		return
+	}
+	to := map[string]*virtv1.PersistentVolumeClaimInfo{}
+	for _, m := range vmi.Status.MigratedVolumes {
+		if m.SourcePVCInfo != nil {
+			to[m.SourcePVCInfo.ClaimName] = m.DestinationPVCInfo
+		}
+	}
+	for i, s := range vmi.Status.VolumeStatus {
+		if s.PersistentVolumeClaimInfo == nil {
+			continue
+		}
+		if dest, ok := to[s.PersistentVolumeClaimInfo.ClaimName]; ok {
+			vmi.Status.VolumeStatus[i].PersistentVolumeClaimInfo = dest
+		}
+	}
+	vmistatus.RemoveCondition(vmi, virtv1.VirtualMachineInstanceVolumesChange)
+	vmi.Status.MigratedVolumes = nil
 }
 
 // memoryFits: the target pod's memory request, which the migration

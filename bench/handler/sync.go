@@ -209,6 +209,7 @@ func (a *agent) syncTarget(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 		// virt-handler's finalizeMigration: what the VMI asked to plug
 		// in is plugged in on the target before it says completed.
 		hotplugged(vmi)
+		volumesMoved(vmi)
 		ms.Completed = true
 		return 0, a.update(ctx, vmi, "", "", "")
 	}

@@ -590,3 +590,22 @@ func TestAMigrationPlugsInWhatTheVMIAsksFor(t *testing.T) {
 		}
 	}
 }
+
+// TestAMigrationMovesTheVolumesTheVMIAsksFor: the target, finishing a
+// volume migration, describes each moved claim by its destination and
+// takes the VolumesChange mark and the list of moves away.
+func TestAMigrationMovesTheVolumesTheVMIAsksFor(t *testing.T) {
+	vmi := scheduledVMI()
+	dest := &virtv1.PersistentVolumeClaimInfo{ClaimName: "new", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}
+	vmi.Status.MigratedVolumes = []virtv1.StorageMigratedVolumeInfo{{VolumeName: "data",
+		SourcePVCInfo: &virtv1.PersistentVolumeClaimInfo{ClaimName: "old"}, DestinationPVCInfo: dest}}
+	vmi.Status.VolumeStatus = []virtv1.VolumeStatus{{Name: "data", PersistentVolumeClaimInfo: &virtv1.PersistentVolumeClaimInfo{ClaimName: "old"}}}
+	vmi.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceVolumesChange, Status: corev1.ConditionTrue}}
+	volumesMoved(vmi)
+	if len(vmi.Status.Conditions) != 0 || vmi.Status.MigratedVolumes != nil {
+		t.Errorf("conditions %+v, migrated volumes %+v: want both gone", vmi.Status.Conditions, vmi.Status.MigratedVolumes)
+	}
+	if got := vmi.Status.VolumeStatus[0].PersistentVolumeClaimInfo; got != dest {
+		t.Errorf("volume status %+v, want the destination's", got)
+	}
+}

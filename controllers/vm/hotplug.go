@@ -80,7 +80,7 @@ func (c *Controller) hotplugCPU(ctx context.Context, it item, o *observed, tmpl 
 	if !tmpl.Domain.Resources.Limits.Cpu().IsZero() {
 		ops = append(ops, grownOps("/spec/domain/resources/limits/cpu", vmi.Spec.Domain.Resources.Limits.Cpu(), delta)...)
 	}
-	if err := c.patchVMISpec(ctx, it, o, ops); err != nil {
+	if err := c.patchVMI(ctx, it, o, ops); err != nil {
 		return hotplugFailed(err.Error())
 	}
 	klog.V(2).InfoS("Hotplugging CPU sockets", "vmi", it.Key, "sockets", want.Sockets)
@@ -150,7 +150,7 @@ func (c *Controller) hotplugMemory(ctx context.Context, it item, o *observed, tm
 	if !tmpl.Domain.Resources.Limits.Memory().IsZero() {
 		ops = append(ops, grownOps("/spec/domain/resources/limits/memory", vmi.Spec.Domain.Resources.Limits.Memory(), delta)...)
 	}
-	if err := c.patchVMISpec(ctx, it, o, ops); err != nil {
+	if err := c.patchVMI(ctx, it, o, ops); err != nil {
 		return hotplugFailed(err.Error())
 	}
 	klog.V(2).InfoS("Hotplugging memory", "vmi", it.Key, "guest", want.Guest.String())
@@ -165,9 +165,9 @@ func grownOps(path string, have *resource.Quantity, delta *resource.Quantity) []
 	return []jsonPatchOp{{Op: "test", Path: path, Value: have.String()}, {Op: "replace", Path: path, Value: grown.String()}}
 }
 
-// patchVMISpec sends ops to the sync's VMI as a JSON patch through the
+// patchVMI sends ops to the sync's VMI as a JSON patch through the
 // range's fence, and keeps the VMI it returns.
-func (c *Controller) patchVMISpec(ctx context.Context, it item, o *observed, ops []jsonPatchOp) error {
+func (c *Controller) patchVMI(ctx context.Context, it item, o *observed, ops []jsonPatchOp) error {
 	body, err := json.Marshal(ops)
 	if err != nil {
 		return err

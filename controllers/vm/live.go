@@ -49,8 +49,8 @@ func (c *Controller) liveChangesApply(o *observed) bool {
 }
 
 // applyLiveChanges takes the template's live fields to the VMI, in
-// KubeVirt's order: CPU sockets, placement, guest memory, and a
-// receiver's volumes.
+// KubeVirt's order: CPU sockets, placement, guest memory, and the volumes
+// (a receiver's described, another's moved: volumes.go).
 func (c *Controller) applyLiveChanges(ctx context.Context, it item, o *observed) error {
 	// CPU and memory are judged with the instance type and preference
 	// applied, as KubeVirt does.
@@ -78,7 +78,7 @@ func (c *Controller) applyLiveChanges(ctx context.Context, it item, o *observed)
 	if o.strategy == virtv1.RunStrategyWaitAsReceiver {
 		return c.describeReceivedVolumes(ctx, it, o)
 	}
-	return nil
+	return c.updateVolumes(ctx, it, o)
 }
 
 // applyPlacement patches the VMI's node selector, affinity and
@@ -104,7 +104,7 @@ func (c *Controller) applyPlacement(ctx context.Context, it item, o *observed) e
 		ops = append(ops, replaceOps("/spec/tolerations", vmi.Spec.Tolerations == nil, vmi.Spec.Tolerations, tmpl.Tolerations, tmpl.Tolerations == nil)...)
 	}
 	if len(ops) > 0 {
-		if err := c.patchVMISpec(ctx, it, o, ops); err != nil {
+		if err := c.patchVMI(ctx, it, o, ops); err != nil {
 			return fmt.Errorf("apply the live changes of VM %s to its VMI: %w", it.Key, err)
 		}
 	}
@@ -170,6 +170,10 @@ type jsonPatchOp struct {
 	Path  string `json:"path"`
 	Value any    `json:"value,omitempty"`
 }
+
+// jsonNull is a patch operation's value null, which Value's omitempty
+// would leave out.
+var jsonNull = json.RawMessage("null")
 
 // replaceOps set path to want: added where the VMI has nothing, removed
 // where the template has nothing, otherwise replaced once the VMI is seen

@@ -66,7 +66,20 @@ func (c *Controller) status(o observed, syncErr *syncError) virtv1.VirtualMachin
 	}
 	status.StartFailure = c.startFailure(o, status.StartFailure, now.Time)
 	status.StateChangeRequests = stateChangeRequests(o)
-	status.Conditions = conditions(vm, vmi, syncErr, now)
+	// The volume migration's state first, judged on the conditions the VM
+	// had, as KubeVirt's syncVolumeMigration before its syncConditions.
+	prior := vm
+	state := status.VolumeUpdateState
+	if o.volumeUpdate != nil {
+		state = o.volumeUpdate
+	}
+	var recovered, stranded bool
+	status.VolumeUpdateState, recovered, stranded = volumeUpdateState(vm, vmi, state)
+	if recovered || stranded {
+		prior = vm.DeepCopy()
+		prior.Status.Conditions = volumeMigrationConditions(prior.Status.Conditions, recovered)
+	}
+	status.Conditions = conditions(prior, vmi, syncErr, now)
 	switch o.restart {
 	case restartRequired:
 		// Kept as it is once True, time and message included (KubeVirt's

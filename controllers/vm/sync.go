@@ -58,6 +58,9 @@ type observed struct {
 	// volumes is what the VM's DataVolumes and claims say, for the
 	// printable status.
 	volumes volumeState
+	// volumeUpdate is the volume migration this sync recorded on the VMI,
+	// for the VM's status.volumeUpdateState; nil if none.
+	volumeUpdate *virtv1.VolumeUpdateState
 	// resolved are the instance type and preference the VM runs from.
 	resolved resolved
 	// expanded: the sync wrote the VM's instance type and preference
@@ -521,6 +524,12 @@ func (c *Controller) createVMI(ctx context.Context, it item, o *observed) error 
 	// are made at the start, which waits for them.
 	if ready, err := c.ensureDataVolumes(ctx, it, vm); err != nil || !ready {
 		return err
+	}
+	if needsManualRecovery(vm) {
+		// As KubeVirt's: logged, and left until a person puts the old
+		// claims back (volumes.go).
+		klog.ErrorS(nil, "Cannot start the VM: its volume migration needs a manual recovery", "vm", it.Key)
+		return nil
 	}
 	vmi, err := newVMI(vm, it.Range, o.resolved.preference)
 	if err != nil {

@@ -1,7 +1,11 @@
 package vmi
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtshard/virtshard/controllers/template"
@@ -80,5 +84,80 @@ func markHotplug(overheadRatio *string) mutation {
 			}
 		}
 		return true
+	}
+}
+
+// A running VMI whose volumes the VM controller moved to new claims for a
+// volume migration (status.migratedVolumes names them) is marked for the
+// workload updater, which migrates it, and for the target's virt-handler,
+// which removes the mark once the volumes were copied: KubeVirt v1.8.1's
+// VolumesChange condition ("migrate volumes", True), added by
+// syncVolumesUpdate when requireVolumesUpdate holds (watch/vmi/storage.go).
+
+// volumesMoveUnmarked: the VMI lists migrated volumes, has no
+// VolumesChange condition of any status, and names a claim that is none
+// of the migrated volumes' sources — its spec took the destinations.
+// (Like KubeVirt's, any other claim of the VMI's counts too.)
+func volumesMoveUnmarked(v *virtv1.VirtualMachineInstance) bool {
+	if v.Status.Phase != virtv1.Running || len(v.Status.MigratedVolumes) == 0 ||
+		vmistatus.Condition(v, virtv1.VirtualMachineInstanceVolumesChange) != nil {
+		return false
+	}
+	sources := map[string]bool{}
+	for _, m := range v.Status.MigratedVolumes {
+		if m.SourcePVCInfo != nil {
+			sources[m.SourcePVCInfo.ClaimName] = true
+		}
+	}
+	for _, vol := range v.Spec.Volumes {
+		if claim := template.VolumeClaim(vol); claim != "" && !sources[claim] {
+			return true
+		}
+	}
+	return false
+}
+
+// claimsMoved: a volume of the running VMI's spec names another claim than
+// its volume status describes (a volume migration put the destination in
+// the spec). KubeVirt's updateVolumeStatus, which runs on every sync of a
+// running VMI, then describes the new claim; virtshard, which writes a
+// running VMI's volume status only on such a change, does it here.
+func claimsMoved(v *virtv1.VirtualMachineInstance) bool {
+	if v.Status.Phase != virtv1.Running {
+		return false
+	}
+	described := map[string]string{}
+	for _, s := range v.Status.VolumeStatus {
+		if s.PersistentVolumeClaimInfo != nil {
+			described[s.Name] = s.PersistentVolumeClaimInfo.ClaimName
+		}
+	}
+	for _, vol := range v.Spec.Volumes {
+		if claim, ok := described[vol.Name]; ok && claim != template.VolumeClaim(vol) {
+			return true
+		}
+	}
+	return false
+}
+
+// followVolumeMove describes the running VMI's moved claims in its volume
+// status and adds the VolumesChange condition volumesMoveUnmarked asks
+// for.
+func followVolumeMove(o observed, now metav1.Time) mutation {
+	return func(v *virtv1.VirtualMachineInstance) bool {
+		changed := false
+		if claimsMoved(v) {
+			before := slices.Clone(v.Status.VolumeStatus)
+			o.updateVolumeStatus(v)
+			changed = !equality.Semantic.DeepEqual(before, v.Status.VolumeStatus)
+		}
+		if volumesMoveUnmarked(v) {
+			v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{
+				Type: virtv1.VirtualMachineInstanceVolumesChange, Status: corev1.ConditionTrue,
+				Message: "migrate volumes", LastTransitionTime: now,
+			})
+			changed = true
+		}
+		return changed
 	}
 }

@@ -62,3 +62,49 @@ func TestSyncMarksAnAskedHotplug(t *testing.T) {
 		})
 	}
 }
+
+// A running VMI whose spec took the destination claims of the moves its
+// status.migratedVolumes lists is marked VolumesChange ("migrate
+// volumes", True), the mark the workload updater migrates it for; one
+// whose spec still names the sources is not.
+func TestSyncMarksAVolumeMove(t *testing.T) {
+	for _, moved := range []bool{true, false} {
+		t.Run(map[bool]string{true: "spec moved", false: "spec not moved yet"}[moved], func(t *testing.T) {
+			vmi := newVMI("a")
+			vmi.Status.Phase = virtv1.Running
+			claim := "old"
+			if moved {
+				claim = "new"
+			}
+			pod := runningLauncherPod(t, vmi)
+			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			vmi.Status.ActivePods = map[types.UID]string{pod.UID: pod.Spec.NodeName}
+			for _, c := range pod.Spec.Containers {
+				if c.Name == template.ComputeContainer {
+					vmi.Status.LauncherContainerImageVersion = c.Image
+				}
+			}
+			// The volumes after the pod, which the test does not render with claims.
+			vmi.Spec.Domain.Devices.Disks = []virtv1.Disk{{Name: "data"}}
+			vmi.Spec.Volumes = []virtv1.Volume{{Name: "data", VolumeSource: virtv1.VolumeSource{PersistentVolumeClaim: &virtv1.PersistentVolumeClaimVolumeSource{
+				PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}
+			vmi.Status.MigratedVolumes = []virtv1.StorageMigratedVolumeInfo{{VolumeName: "data",
+				SourcePVCInfo: &virtv1.PersistentVolumeClaimInfo{ClaimName: "old"}, DestinationPVCInfo: &virtv1.PersistentVolumeClaimInfo{ClaimName: "new"}}}
+			if !volumesMoveUnmarked(vmi) == moved {
+				t.Fatalf("volumesMoveUnmarked = %t, want %t", !moved, moved)
+			}
+			f := newFixture(t, vmi, pod)
+			if err := f.c.sync(context.Background(), f.item(vmi)); err != nil {
+				t.Fatal(err)
+			}
+			if !moved {
+				return
+			}
+			f.WaitForKubeVirtWrites("patch virtualmachineinstances")
+			patch := string(f.KubeVirt.Actions()[len(f.KubeVirt.Actions())-1].(k8stesting.PatchAction).GetPatch())
+			if want := `"message":"migrate volumes","status":"True","type":"VolumesChange"}`; !strings.Contains(patch, want) {
+				t.Errorf("patch %s: want %s", patch, want)
+			}
+		})
+	}
+}

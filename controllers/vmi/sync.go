@@ -422,6 +422,9 @@ func (c *Controller) followPod(ctx context.Context, it item, vmi *virtv1.Virtual
 		if ratio := c.env.ClusterConfig.Current().AdditionalGuestMemoryOverheadRatio(); hotplugUnmarked(vmi, ratio) && !c.batcher.Pending(it.Key, vmi.UID) {
 			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, markHotplug(ratio))
 		}
+		if (claimsMoved(vmi) || volumesMoveUnmarked(vmi)) && !c.batcher.Pending(it.Key, vmi.UID) {
+			c.batcher.EnqueueLazy(it.Range, it.Key, vmi.UID, followVolumeMove(c.observe(pod, pods), metav1.Now()))
+		}
 	default:
 		// Scheduling is already on its way if anything is pending for the
 		// VMI: a second lazy intent could only pull its write forward.

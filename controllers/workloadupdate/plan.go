@@ -1,7 +1,6 @@
 package workloadupdate
 
 import (
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -121,45 +120,9 @@ func volumesChangePending(vmi *virtv1.VirtualMachineInstance) bool {
 	return vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceVolumesChange, corev1.ConditionTrue)
 }
 
-// volumesMigrate: the VMI has volumes to migrate, and a migration of them
+// volumesMigrate: the VMI has volumes to move, and a migration of them
 // would take every read-write-once claim along (KubeVirt's
-// ValidateVolumesUpdateMigration with no VM): the storage can migrate,
-// and no such claim of the VMI is left out. KubeVirt exempts the VM state
-// volume by comparing volume names with that volume's claim name, which
-// exempts a volume named as the claim; so does this.
+// ValidateVolumesUpdateMigration with no VM).
 func volumesMigrate(vmi *virtv1.VirtualMachineInstance) bool {
-	moved := vmi.Status.MigratedVolumes
-	if len(moved) == 0 || vmistatus.ConditionIs(vmi, virtv1.VirtualMachineInstanceIsStorageLiveMigratable, corev1.ConditionFalse) {
-		return false
-	}
-	taken := map[string]bool{}
-	for _, v := range moved {
-		taken[v.VolumeName] = true
-	}
-	stateClaim := ""
-	for _, v := range vmi.Status.VolumeStatus {
-		if strings.Contains(v.Name, "persistent-state-for-"+vmi.Name) && v.PersistentVolumeClaimInfo != nil {
-			stateClaim = v.PersistentVolumeClaimInfo.ClaimName
-			break
-		}
-	}
-	for _, v := range vmi.Status.VolumeStatus {
-		if v.PersistentVolumeClaimInfo == nil || v.Name == stateClaim || taken[v.Name] {
-			continue
-		}
-		if readWriteOnce(v.PersistentVolumeClaimInfo.AccessModes) {
-			return false
-		}
-	}
-	return true
-}
-
-// readWriteOnce: no mode lets several nodes mount the claim.
-func readWriteOnce(modes []corev1.PersistentVolumeAccessMode) bool {
-	for _, m := range modes {
-		if m == corev1.ReadOnlyMany || m == corev1.ReadWriteMany {
-			return false
-		}
-	}
-	return true
+	return len(vmi.Status.MigratedVolumes) > 0 && vmistatus.StorageMovable(vmi, vmi.Status.MigratedVolumes) == nil
 }
