@@ -36,10 +36,12 @@ import (
 const (
 	evacuationNoRoomRecheck     = 5 * time.Second
 	evacuationNotMigratableTell = time.Minute
-	// evacuationPodRecheck: virtshard's, for a VMI whose last migration's
-	// pod has not ended yet (a failed evacuation's target). KubeVirt looks
-	// at the node again on the VMI's next update; virtshard does not look
-	// on every VMI update, so it looks again shortly.
+	// evacuationPodRecheck: virtshard's, for a VMI whose migration ended
+	// in the last evacuationRecheck and whose second pod (a failed
+	// evacuation's target) has not ended yet. KubeVirt looks at the node
+	// again on the VMI's next update; virtshard does not look on every VMI
+	// update, so it looks again shortly, for that long at most (a pod
+	// that never ends is no reason to look every second).
 	evacuationPodRecheck = time.Second
 )
 
@@ -137,12 +139,34 @@ func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (
 			continue
 		}
 		if activePods(h) > 1 {
-			podsEnding = true
+			podsEnding = podsEnding || justEnded(known, time.Now())
 			continue
 		}
 		candidates = append(candidates, migration.Decided{Found: h, Known: known})
 	}
 	return candidates, cannot, podsEnding
+}
+
+// justEnded: the newest of known is final, and became so within the last
+// evacuationRecheck.
+func justEnded(known []*virtv1.VirtualMachineInstanceMigration, now time.Time) bool {
+	newest := newestOf(known)
+	if newest == nil || !newest.IsFinal() {
+		return false
+	}
+	ts := newest.Status.PhaseTransitionTimestamps
+	return len(ts) > 0 && now.Sub(ts[len(ts)-1].PhaseTransitionTimestamp.Time) < evacuationRecheck
+}
+
+// newestOf is the migration of known created last, or nil.
+func newestOf(known []*virtv1.VirtualMachineInstanceMigration) *virtv1.VirtualMachineInstanceMigration {
+	var newest *virtv1.VirtualMachineInstanceMigration
+	for _, m := range known {
+		if newest == nil || newest.CreationTimestamp.Before(&m.CreationTimestamp) {
+			newest = m
+		}
+	}
+	return newest
 }
 
 // behindItsMigration: the VMI's newest migration (of known) succeeded, but
@@ -152,12 +176,7 @@ func (c *Controller) sortCandidates(cfg *clusterconfig.Config, leaving []held) (
 // second evacuation would migrate it again. The next look at the node
 // sees it.
 func behindItsMigration(vmi *virtv1.VirtualMachineInstance, known []*virtv1.VirtualMachineInstanceMigration) bool {
-	var newest *virtv1.VirtualMachineInstanceMigration
-	for _, m := range known {
-		if newest == nil || newest.CreationTimestamp.Before(&m.CreationTimestamp) {
-			newest = m
-		}
-	}
+	newest := newestOf(known)
 	if newest == nil || newest.Status.Phase != virtv1.MigrationSucceeded {
 		return false
 	}

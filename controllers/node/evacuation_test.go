@@ -208,28 +208,42 @@ func TestAnEvacuationTheDecisionDidNotSeeIsNotMadeTwice(t *testing.T) {
 	}
 }
 
-// A marked VMI whose failed evacuation's target pod has not ended yet
-// gets no second evacuation, and its node is looked at again within a
-// second rather than at the usual recheck: KubeVirt looks again on the
-// VMI's next update, which virtshard does not wait for. Once the target
-// pod ended, the evacuation is made.
+// A marked VMI whose evacuation failed a moment ago, with the target pod
+// not ended yet, gets no second evacuation, and its node is looked at
+// again within a second rather than at the usual recheck: KubeVirt looks
+// again on the VMI's next update. A second pod with no migration just
+// ended is no reason to look that often. Once the target pod ended, the
+// evacuation is made.
 func TestAVMIWaitingForItsTargetPodToEndIsLookedAtSoon(t *testing.T) {
 	vmi := evicted(runningVMI("again"))
 	rng := strconv.Itoa(shardedtest.Ranges(t).Owner(vmi))
 	source := withPhase(launcherPod(vmi, rng), corev1.PodRunning)
 	target := withPhase(launcherPod(vmi, rng), corev1.PodRunning)
 	target.Name, target.UID, target.Spec.NodeName = "virt-launcher-again-target", "pod-target", "node-2"
-	f := newFixture(t, []runtime.Object{readyNode(), source, target}, vmi)
-	after, err := f.syncNode("node-1")
-	if err != nil {
-		t.Fatal(err)
+	failedAt := func(at time.Time) *virtv1.VirtualMachineInstanceMigration {
+		return &virtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-evacuation-again", Namespace: vmi.Namespace,
+			Annotations: map[string]string{virtv1.EvacuationMigrationAnnotation: "node-1"}},
+			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
+			Status: virtv1.VirtualMachineInstanceMigrationStatus{Phase: virtv1.MigrationFailed, PhaseTransitionTimestamps: []virtv1.VirtualMachineInstanceMigrationPhaseTransitionTimestamp{
+				{Phase: virtv1.MigrationFailed, PhaseTransitionTimestamp: metav1.NewTime(at)}}}}
 	}
-	if len(createdMigrations(f)) != 0 || after != evacuationPodRecheck {
-		t.Errorf("%d migrations, looked at again after %s; want none, after %s", len(createdMigrations(f)), after, evacuationPodRecheck)
+	for _, tc := range []struct {
+		name  string
+		ended time.Time
+		want  time.Duration
+	}{{"failed a moment ago", time.Now(), evacuationPodRecheck}, {"failed a minute ago", time.Now().Add(-time.Minute), evacuationRecheck}} {
+		f := newFixture(t, []runtime.Object{readyNode(), source, target}, vmi, failedAt(tc.ended))
+		after, err := f.syncNode("node-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(createdMigrations(f)) != 0 || after != tc.want {
+			t.Errorf("%s: %d migrations, looked at again after %s; want none, after %s", tc.name, len(createdMigrations(f)), after, tc.want)
+		}
 	}
 
 	ended := withPhase(target.DeepCopy(), corev1.PodSucceeded)
-	f = newFixture(t, []runtime.Object{readyNode(), source, ended}, vmi)
+	f := newFixture(t, []runtime.Object{readyNode(), source, ended}, vmi, failedAt(time.Now()))
 	if _, err := f.syncNode("node-1"); err != nil {
 		t.Fatal(err)
 	}
