@@ -187,6 +187,20 @@ func stateChangeRequests(o observed) []virtv1.VirtualMachineStateChangeRequest {
 	return reqs
 }
 
+// updateCondition is KubeVirt's UpdateCondition on a VM's conditions:
+// cond replaces the condition of its type only when its status or reason
+// differs, and is appended when there is none. It writes into conds.
+func updateCondition(conds []virtv1.VirtualMachineCondition, cond virtv1.VirtualMachineCondition) []virtv1.VirtualMachineCondition {
+	i := slices.IndexFunc(conds, func(c virtv1.VirtualMachineCondition) bool { return c.Type == cond.Type })
+	switch {
+	case i < 0:
+		return append(conds, cond)
+	case conds[i].Status != cond.Status || conds[i].Reason != cond.Reason:
+		conds[i] = cond
+	}
+	return conds
+}
+
 // conditions are the VM's conditions after a sync, as KubeVirt's
 // syncConditions (watch/vm/vm.go) leaves them. A condition is replaced
 // only when its status or reason changes, and otherwise kept as it was,
@@ -198,15 +212,7 @@ func stateChangeRequests(o observed) []virtv1.VirtualMachineStateChangeRequest {
 // last VMI reported, as KubeVirt's does.
 func conditions(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, syncErr *syncError, now metav1.Time) []virtv1.VirtualMachineCondition {
 	out := slices.Clone(vm.Status.Conditions)
-	update := func(cond virtv1.VirtualMachineCondition) {
-		i := slices.IndexFunc(out, func(c virtv1.VirtualMachineCondition) bool { return c.Type == cond.Type })
-		switch {
-		case i < 0:
-			out = append(out, cond)
-		case out[i].Status != cond.Status || out[i].Reason != cond.Reason:
-			out[i] = cond
-		}
-	}
+	update := func(cond virtv1.VirtualMachineCondition) { out = updateCondition(out, cond) }
 	mirror := func(vc virtv1.VirtualMachineInstanceCondition) virtv1.VirtualMachineCondition {
 		return virtv1.VirtualMachineCondition{
 			Type: virtv1.VirtualMachineConditionType(vc.Type), Status: vc.Status, Reason: vc.Reason, Message: vc.Message,

@@ -66,7 +66,7 @@ func (e errMissingDestination) Error() string {
 // PersistentVolumeClaim volume turned into a DataVolume of the same name
 // is no move.
 func movedClaims(tmpl, vmi *virtv1.VirtualMachineInstanceSpec) map[string]string {
-	out := map[string]string{}
+	var out map[string]string
 	for _, v := range vmi.Volumes {
 		have := template.VolumeClaim(v)
 		if have == "" {
@@ -77,6 +77,9 @@ func movedClaims(tmpl, vmi *virtv1.VirtualMachineInstanceSpec) map[string]string
 			continue
 		}
 		if want := template.VolumeClaim(tmpl.Volumes[i]); want != "" && want != have {
+			if out == nil {
+				out = map[string]string{}
+			}
 			out[v.Name] = want
 		}
 	}
@@ -389,16 +392,8 @@ func volumeMigrationConditions(conds []virtv1.VirtualMachineCondition, recovered
 				c.Type == virtv1.VirtualMachineManualRecoveryRequired
 		})
 	}
-	cond := virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineManualRecoveryRequired, Status: corev1.ConditionTrue, Reason: manualRecoveryReason}
-	i := slices.IndexFunc(conds, func(c virtv1.VirtualMachineCondition) bool { return c.Type == cond.Type })
-	switch {
-	case i < 0:
-		return append(slices.Clone(conds), cond)
-	case conds[i].Status != cond.Status || conds[i].Reason != cond.Reason:
-		conds = slices.Clone(conds)
-		conds[i] = cond
-	}
-	return conds
+	return updateCondition(slices.Clone(conds), virtv1.VirtualMachineCondition{
+		Type: virtv1.VirtualMachineManualRecoveryRequired, Status: corev1.ConditionTrue, Reason: manualRecoveryReason})
 }
 
 // needsManualRecovery: the VM may not start (KubeVirt's startVMI refuses,

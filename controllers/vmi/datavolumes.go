@@ -176,11 +176,5 @@ func setDataVolumesReady(v *virtv1.VirtualMachineInstance, dvs []dataVolume) {
 	if c.Status != corev1.ConditionTrue {
 		c.Message = msgNotAllDVsReady
 	}
-	if cur := vmistatus.Condition(v, c.Type); cur != nil {
-		if cur.Status != c.Status || cur.Reason != c.Reason {
-			*cur = c
-		}
-		return
-	}
-	v.Status.Conditions = append(v.Status.Conditions, c)
+	vmistatus.UpdateCondition(v, c)
 }
