@@ -609,15 +609,9 @@ func cases() []badCase {
 				e.t.Fatal(err)
 			}
 			return func(ctx context.Context) string {
-				got, err := e.kv.VirtualMachines(e.ns).Get(ctx, vm.Name, metav1.GetOptions{})
-				if err != nil {
-					return err.Error()
-				}
-				if !slices.ContainsFunc(got.Status.Conditions, func(c virtv1.VirtualMachineCondition) bool {
-					return c.Type == virtv1.VirtualMachineRestartRequired && c.Status == corev1.ConditionTrue &&
-						strings.Contains(c.Message, "CPU sockets updated in template spec to a value higher than what's available")
-				}) {
-					return fmt.Sprintf("no RestartRequired condition saying why: %+v", got.Status.Conditions)
+				if w := e.vmConditionSaying(ctx, vm.Name, virtv1.VirtualMachineRestartRequired,
+					"CPU sockets updated in template spec to a value higher than what's available"); w != "" {
+					return w
 				}
 				v, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, vm.Name, metav1.GetOptions{})
 				if err != nil {
@@ -627,6 +621,51 @@ func cases() []badCase {
 					return fmt.Sprintf("VMI %s with CPU %+v: want it Running as it was", v.Status.Phase, v.Spec.Domain.CPU)
 				}
 				return ""
+			}
+		}},
+		{"volume-move-of-a-shareable-disk", func(e *env) func(context.Context) string {
+			// KubeVirt's ValidateVolumes: a shareable disk cannot move with
+			// a migration; the VM asks for a restart and the VMI keeps its
+			// claim.
+			vm := e.createVolumeVM("shared-mover", virtv1.UpdateVolumesStrategyMigration, true)
+			e.moveVolume(vm, `{"name":"data","persistentVolumeClaim":{"claimName":"shared-mover-new"}}`)
+			return func(ctx context.Context) string {
+				if w := e.vmConditionSaying(ctx, vm.Name, virtv1.VirtualMachineRestartRequired, "invalid volumes to update with migration: shareable: [data]"); w != "" {
+					return w
+				}
+				return e.volumeKept(ctx, vm.Name)
+			}
+		}},
+		{"volume-move-to-a-missing-datavolume", func(e *env) func(context.Context) string {
+			// The destination does not exist: the VMI says so (VolumesChange
+			// False, as KubeVirt's handleVolumeUpdateRequest) and keeps its
+			// claim; nothing migrates.
+			vm := e.createVolumeVM("lost-mover", virtv1.UpdateVolumesStrategyMigration, false)
+			e.moveVolume(vm, `{"name":"data","dataVolume":{"name":"no-such-datavolume"}}`)
+			return func(ctx context.Context) string {
+				v, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, vm.Name, metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if !slices.ContainsFunc(v.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool {
+					return c.Type == virtv1.VirtualMachineInstanceVolumesChange && c.Status == corev1.ConditionFalse &&
+						strings.Contains(c.Message, "One of the destination volumes doesn't exist")
+				}) {
+					return fmt.Sprintf("no VolumesChange=False saying the destination is missing: %+v", v.Status.Conditions)
+				}
+				return e.volumeKept(ctx, vm.Name)
+			}
+		}},
+		{"volume-update-strategy-unknown", func(e *env) func(context.Context) string {
+			// virt-api refuses it; a cluster without its webhook does not.
+			// The VM runs; a volume change is refused with KubeVirt's error.
+			vm := e.createVolumeVM("teleporter", "Teleport", false)
+			e.moveVolume(vm, `{"name":"data","persistentVolumeClaim":{"claimName":"teleporter-new"}}`)
+			return func(ctx context.Context) string {
+				if w := e.vmConditionSaying(ctx, vm.Name, virtv1.VirtualMachineFailure, "updateVolumes strategy not recognized: Teleport"); w != "" {
+					return w
+				}
+				return e.volumeKept(ctx, vm.Name)
 			}
 		}},
 		{"evacuation-of-non-migratable-vmi", func(e *env) func(context.Context) string {
@@ -997,6 +1036,88 @@ func typedVM(name, instancetype string) *virtv1.VirtualMachine {
 	}
 	withSecret(&vm.ObjectMeta)
 	return vm
+}
+
+// createVolumeVM creates a running VM whose disk "data" is the bound
+// claim <name>-old (shareable if asked), with the given
+// updateVolumesStrategy, and a second bound claim <name>-new; it returns
+// once the VMI runs.
+func (e *env) createVolumeVM(name string, strategy virtv1.UpdateVolumesStrategy, shareable bool) *virtv1.VirtualMachine {
+	e.t.Helper()
+	for _, claim := range []string{name + "-old", name + "-new"} {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: ptr.To(cdi.StorageClassImmediate),
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		if _, err := e.kube.CoreV1().PersistentVolumeClaims(e.ns).Create(context.Background(), pvc, metav1.CreateOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	template := workload.AsWritten(name)
+	withSecret(&template.ObjectMeta)
+	template.Spec.Domain.Devices.Disks = append(template.Spec.Domain.Devices.Disks, virtv1.Disk{Name: "data", Shareable: ptr.To(shareable),
+		DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusVirtio}}})
+	template.Spec.Volumes = append(template.Spec.Volumes, virtv1.Volume{Name: "data", VolumeSource: virtv1.VolumeSource{
+		PersistentVolumeClaim: &virtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: name + "-old"}}}})
+	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: virtv1.VirtualMachineSpec{RunStrategy: ptr.To(virtv1.RunStrategyAlways), UpdateVolumesStrategy: &strategy,
+			Template: &virtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: template.ObjectMeta, Spec: template.Spec}}}
+	vm, err := e.kv.VirtualMachines(e.ns).Create(context.Background(), vm, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.poll(e.running(vm.Name)); err != nil {
+		e.t.Fatal(err)
+	}
+	return vm
+}
+
+// moveVolume replaces the template's volume "data" (the last) with the
+// volume in JSON.
+func (e *env) moveVolume(vm *virtv1.VirtualMachine, volume string) {
+	e.t.Helper()
+	patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/volumes/%d","value":%s}]`, len(vm.Spec.Template.Spec.Volumes)-1, volume)
+	if _, err := e.kv.VirtualMachines(e.ns).Patch(context.Background(), vm.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// volumeKept holds when the VM's VMI still runs on its first claim and no
+// migration of it was made.
+func (e *env) volumeKept(ctx context.Context, name string) string {
+	v, err := e.kv.VirtualMachineInstances(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	i := slices.IndexFunc(v.Spec.Volumes, func(vol virtv1.Volume) bool { return vol.Name == "data" })
+	if v.Status.Phase != virtv1.Running || i < 0 || v.Spec.Volumes[i].PersistentVolumeClaim == nil || v.Spec.Volumes[i].PersistentVolumeClaim.ClaimName != name+"-old" {
+		return fmt.Sprintf("VMI %s with volumes %+v: want it Running on %s-old", v.Status.Phase, v.Spec.Volumes, name)
+	}
+	migrations, err := e.kv.Migrations(e.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for _, m := range migrations.Items {
+		if m.Spec.VMIName == name {
+			return "a migration was created for it: " + m.Name
+		}
+	}
+	return ""
+}
+
+// vmConditionSaying holds when the VM has a True condition of type t whose
+// message has text.
+func (e *env) vmConditionSaying(ctx context.Context, name string, t virtv1.VirtualMachineConditionType, text string) string {
+	got, err := e.kv.VirtualMachines(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	if !slices.ContainsFunc(got.Status.Conditions, func(c virtv1.VirtualMachineCondition) bool {
+		return c.Type == t && c.Status == corev1.ConditionTrue && strings.Contains(c.Message, text)
+	}) {
+		return fmt.Sprintf("no %s condition saying %q: %+v", t, text, got.Status.Conditions)
+	}
+	return ""
 }
 
 // vmFailureSaying is "" once VM name has a Failure condition of reason
