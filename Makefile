@@ -26,6 +26,12 @@ VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
 # Its CRDs (ServiceMonitor, PodMonitor, PrometheusRule) validate
 # deploy/monitoring in the tests.
 PROMETHEUS_OPERATOR_VERSION := v0.85.0
+# The CSI snapshot CRDs (VolumeSnapshot, VolumeSnapshotContent,
+# VolumeSnapshotClass) come from the external-snapshotter's client module,
+# which carries them; the local cluster installs them for KubeVirt's
+# snapshots and restores (snapshot.storage.k8s.io/v1, which KubeVirt v1.8.1
+# reads through the v4 client).
+EXTERNAL_SNAPSHOTTER_VERSION := v8.7.0
 
 # Number of kwok nodes `make cluster-up` creates.
 NODES ?= 20
@@ -240,11 +246,14 @@ KUBEVIRT_ENV := $(CRDGEN_ENV)
 # KubeVirt v1.8.1's own code: virt-api's defaults and virt-controller's
 # template service on the corpus, virt-config on the cluster-config cases.
 REFERENCE := $(ROOT)/test/conformance/reference
-GENERATED := deploy/crds bench/kubevirt/crds bench/cdi/crds docs/config.md test/conformance/testdata/kubevirt controllers/clusterconfig/testdata/kubevirt-v1.8.1.json
+GENERATED := deploy/crds bench/kubevirt/crds bench/cdi/crds bench/csi/crds docs/config.md test/conformance/testdata/kubevirt controllers/clusterconfig/testdata/kubevirt-v1.8.1.json
 
 .PHONY: generate
-generate: ## Regenerate the KubeVirt CRDs (deploy/crds; the rest, for KubeVirt's virt-controller, in bench/kubevirt/crds), CDI's that KubeVirt reads (bench/cdi/crds), docs/config.md, and KubeVirt's own renderings the conformance tests hold virtshard against.
+generate: ## Regenerate the KubeVirt CRDs (deploy/crds; the rest, for KubeVirt's virt-controller, in bench/kubevirt/crds), CDI's that KubeVirt reads (bench/cdi/crds), the CSI snapshot CRDs (bench/csi/crds), docs/config.md, and KubeVirt's own renderings the conformance tests hold virtshard against.
 	rm -rf deploy/crds bench/kubevirt/crds bench/cdi/crds && cd $(CRDGEN) && $(CRDGEN_ENV) $(GO) run . -others $(ROOT)/bench/kubevirt/crds -cdi $(ROOT)/bench/cdi/crds $(ROOT)/deploy/crds
+	@dir=$$($(GO) mod download -json github.com/kubernetes-csi/external-snapshotter/client/v8@$(EXTERNAL_SNAPSHOTTER_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
+	  test -n "$$dir" && rm -rf bench/csi/crds && mkdir -p bench/csi/crds && \
+	  install -m 0644 $$dir/config/crd/snapshot.storage.k8s.io_{volumesnapshots,volumesnapshotcontents,volumesnapshotclasses}.yaml bench/csi/crds/
 	$(GO) run ./cmd/virtshard-docs docs/config.md
 	rm -rf test/conformance/testdata/kubevirt && mkdir -p $(BIN)
 	cd $(REFERENCE) && $(CRDGEN_ENV) $(GO) run . --out ../testdata/kubevirt ../corpus/*.yaml

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -297,7 +298,8 @@ func (o Options) outdated() string {
 }
 
 // install applies the KubeVirt CRDs, CDI's that KubeVirt reads with the
-// simulated CDI's StorageClasses (bench/cdi), and the kwok Stages: kwok's
+// simulated CDI's StorageClasses (bench/cdi), the CSI snapshot CRDs with
+// the simulated provisioner's snapshot class (bench/csi), and the kwok Stages: kwok's
 // default node and pod Stages (copied from the pinned kwok module by `make
 // tools`) and deploy/kwok/stages, which plays a stopped kubelet.
 //
@@ -317,15 +319,23 @@ func (o Options) install(ctx context.Context) error {
 	if err != nil || len(cdiFiles) == 0 {
 		return fmt.Errorf("no CDI CRDs in %s (run make generate): %v", filepath.Join(cdi, "crds"), err)
 	}
+	csi := filepath.Join(o.Root, "bench", "csi")
+	csiFiles, err := filepath.Glob(filepath.Join(csi, "crds", "*.yaml"))
+	if err != nil || len(csiFiles) == 0 {
+		return fmt.Errorf("no CSI snapshot CRDs in %s (run make generate): %v", filepath.Join(csi, "crds"), err)
+	}
 	waitCRDs := []string{"wait", "--for=condition=Established", "--timeout=60s"}
-	for _, f := range append(crdFiles, cdiFiles...) {
+	for _, f := range slices.Concat(crdFiles, cdiFiles, csiFiles) {
 		waitCRDs = append(waitCRDs, "-f", f)
 	}
 	steps := [][]string{
 		{"wait", "--for=condition=Established", "--timeout=60s", "crd/stages.kwok.x-k8s.io"},
 		{"apply", "--server-side", "--force-conflicts", "-k", crds},
-		{"apply", "--server-side", "--force-conflicts", "-f", filepath.Join(cdi, "crds"), "-f", filepath.Join(cdi, "storageclasses.yaml")},
+		{"apply", "--server-side", "--force-conflicts", "-f", filepath.Join(cdi, "crds"), "-f", filepath.Join(cdi, "storageclasses.yaml"),
+			"-f", filepath.Join(csi, "crds")},
 		waitCRDs,
+		// A snapshot class is an object of those CRDs.
+		{"apply", "--server-side", "--force-conflicts", "-f", filepath.Join(csi, "snapshotclasses.yaml")},
 	}
 	for _, step := range steps {
 		if err := o.kubectl(ctx, step...); err != nil {
