@@ -58,8 +58,8 @@ const annStorageProvisioner = "volume.kubernetes.io/storage-provisioner"
 // the provisioner's classes that the PersistentVolume controller handed
 // to it, as an external provisioner waits for, not bound nor being
 // deleted, whose class lets it (at once, or once the scheduler chose its
-// node), whose volume is not made yet, and whose dataSource, a claim, is
-// bound.
+// node), whose volume is not made yet, and whose dataSource, a claim or a
+// VolumeSnapshot, is bound or ready.
 func (s *Sim) provisions(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) bool {
 	switch {
 	case class == nil || class.Provisioner != Provisioner, pvc.Annotations[annStorageProvisioner] != Provisioner,
@@ -75,6 +75,9 @@ func (s *Sim) provisions(pvc *corev1.PersistentVolumeClaim, class *storagev1.Sto
 		if !ok || obj.(*corev1.PersistentVolumeClaim).Status.Phase != corev1.ClaimBound {
 			return false // its source's events bring it back
 		}
+	}
+	if src := pvc.Spec.DataSource; src != nil && src.Kind == "VolumeSnapshot" && !s.snapshotReady(pvc.Namespace, src.Name) {
+		return false // its snapshot's events bring it back
 	}
 	return true
 }

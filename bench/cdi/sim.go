@@ -74,14 +74,16 @@ type Options struct {
 	Clock            clock.Clock
 }
 
-// Sim plays CDI's controllers and a provisioner.
+// Sim plays CDI's controllers, a provisioner, and the CSI snapshot
+// controller and snapshotter of that provisioner's driver.
 type Sim struct {
 	opts Options
 
-	dataVolumes, dataSources cache.SharedIndexInformer
-	claims, volumes, classes cache.SharedIndexInformer
+	dataVolumes, dataSources             cache.SharedIndexInformer
+	claims, volumes, classes             cache.SharedIndexInformer
+	snapshots, contents, snapshotClasses cache.SharedIndexInformer
 
-	dvQueue, claimQueue workqueue.TypedRateLimitingInterface[string]
+	dvQueue, claimQueue, snapshotQueue workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
 	// bound is when each DataVolume's claim was first seen Bound, by
@@ -107,7 +109,7 @@ func New(opts Options) (*Sim, error) {
 		return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
 	}
-	return &Sim{opts: opts, dvQueue: queue("cdi-datavolumes"), claimQueue: queue("cdi-provisioner"),
+	return &Sim{opts: opts, dvQueue: queue("cdi-datavolumes"), claimQueue: queue("cdi-provisioner"), snapshotQueue: queue("csi-snapshotter"),
 		bound: map[types.UID]time.Time{}}, nil
 }
 
@@ -116,6 +118,7 @@ func (s *Sim) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	defer s.dvQueue.ShutDown()
 	defer s.claimQueue.ShutDown()
+	defer s.snapshotQueue.ShutDown()
 	kube := informers.NewSharedInformerFactory(s.opts.Kube, 0)
 	s.claims = kube.Core().V1().PersistentVolumeClaims().Informer()
 	s.volumes = kube.Core().V1().PersistentVolumes().Informer()
@@ -123,6 +126,9 @@ func (s *Sim) Run(ctx context.Context) error {
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(s.opts.Dynamic, 0)
 	s.dataVolumes = dyn.ForResource(DataVolumes).Informer()
 	s.dataSources = dyn.ForResource(DataSources).Informer()
+	s.snapshots = dyn.ForResource(VolumeSnapshots).Informer()
+	s.contents = dyn.ForResource(VolumeSnapshotContents).Informer()
+	s.snapshotClasses = dyn.ForResource(VolumeSnapshotClasses).Informer()
 
 	enqueue := func(q workqueue.TypedRateLimitingInterface[string]) func(any) {
 		return func(obj any) {
@@ -138,11 +144,27 @@ func (s *Sim) Run(ctx context.Context) error {
 		{s.dataVolumes, enqueue(s.dvQueue)},
 		{s.claims, func(obj any) {
 			enqueue(s.claimQueue)(obj)
-			// A claim's DataVolume is its controller.
+			// A claim's DataVolume is its controller; its snapshots wait
+			// for it to be bound.
 			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
 				if ref := metav1.GetControllerOf(pvc); ref != nil && ref.Kind == "DataVolume" {
 					s.dvQueue.Add(pvc.Namespace + "/" + ref.Name)
 				}
+				s.eachSnapshotOf(pvc, s.snapshotQueue.Add)
+			}
+		}},
+		{s.snapshots, func(obj any) {
+			enqueue(s.snapshotQueue)(obj)
+			// Its content goes with it; the claims restored from it wait
+			// until it is ready.
+			if vs, ok := deletedObject(obj).(*unstructured.Unstructured); ok {
+				s.snapshotQueue.Add(contentKey + "snapcontent-" + string(vs.GetUID()))
+				s.eachClaimFrom(vs, s.claimQueue.Add)
+			}
+		}},
+		{s.contents, func(obj any) {
+			if content, ok := deletedObject(obj).(*unstructured.Unstructured); ok {
+				s.snapshotQueue.Add(contentKey + content.GetName())
 			}
 		}},
 		{s.volumes, func(obj any) {
@@ -175,7 +197,7 @@ func (s *Sim) Run(ctx context.Context) error {
 	kube.Start(ctx.Done())
 	dyn.Start(ctx.Done())
 	for _, synced := range []cache.InformerSynced{s.claims.HasSynced, s.volumes.HasSynced, s.classes.HasSynced,
-		s.dataVolumes.HasSynced, s.dataSources.HasSynced} {
+		s.dataVolumes.HasSynced, s.dataSources.HasSynced, s.snapshots.HasSynced, s.contents.HasSynced, s.snapshotClasses.HasSynced} {
 		if !cache.WaitForCacheSync(ctx.Done(), synced) {
 			return ctx.Err()
 		}
@@ -192,10 +214,16 @@ func (s *Sim) Run(ctx context.Context) error {
 		workers.Go(func() {
 			wait.UntilWithContext(ctx, func(ctx context.Context) { s.work(ctx, s.claimQueue, s.syncClaim) }, time.Second)
 		})
+		workers.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				s.work(ctx, s.snapshotQueue, func(ctx context.Context, key string) (time.Duration, error) { return 0, s.syncSnapshot(ctx, key) })
+			}, time.Second)
+		})
 	}
 	<-ctx.Done()
 	s.dvQueue.ShutDown()
 	s.claimQueue.ShutDown()
+	s.snapshotQueue.ShutDown()
 	workers.Wait()
 	return nil
 }

@@ -32,27 +32,12 @@ func TestADataVolumeIsImportedOnItsProvisionedVolume(t *testing.T) {
 		"metadata": map[string]any{"namespace": "ns", "name": "disk", "uid": "dv-uid"},
 		"spec":     map[string]any{"source": map[string]any{"blank": map[string]any{}}, "storage": map[string]any{}},
 	}}
-	listKinds := map[schema.GroupVersionResource]string{}
-	for gvr, kind := range map[schema.GroupVersionResource]string{DataVolumes: "DataVolume", DataSources: "DataSource",
-		StorageProfile: "StorageProfile", CDIConfigs: "CDIConfig", CDIs: "CDI"} {
-		listKinds[gvr] = kind + "List"
-	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, dv)
-	sim, err := New(Options{Kube: kube, Dynamic: dyn, TransferDuration: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- sim.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	dyn := fakeDynamic(dv)
+	runSim(t, Options{Kube: kube, Dynamic: dyn, TransferDuration: 100 * time.Millisecond})
+	ctx := context.Background()
 
 	var pvc *corev1.PersistentVolumeClaim
+	var err error
 	eventually(t, "the DataVolume's claim", func() bool {
 		pvc, err = kube.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "disk", metav1.GetOptions{})
 		return err == nil
@@ -103,6 +88,36 @@ func TestADataVolumeIsImportedOnItsProvisionedVolume(t *testing.T) {
 			t.Errorf("%s %s has no status", want.gvr.Resource, want.name)
 		}
 	}
+}
+
+// fakeDynamic is a fake dynamic client of the kinds the simulation reads,
+// holding objs.
+func fakeDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
+	listKinds := map[schema.GroupVersionResource]string{}
+	for gvr, kind := range map[schema.GroupVersionResource]string{DataVolumes: "DataVolume", DataSources: "DataSource",
+		StorageProfile: "StorageProfile", CDIConfigs: "CDIConfig", CDIs: "CDI", VolumeSnapshots: "VolumeSnapshot",
+		VolumeSnapshotContents: "VolumeSnapshotContent", VolumeSnapshotClasses: "VolumeSnapshotClass"} {
+		listKinds[gvr] = kind + "List"
+	}
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, objs...)
+}
+
+// runSim runs a simulation of opts until the test ends.
+func runSim(t *testing.T, opts Options) {
+	t.Helper()
+	sim, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- sim.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {

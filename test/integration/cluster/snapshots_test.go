@@ -3,12 +3,18 @@ package cluster_test
 import (
 	"context"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/virtshard/virtshard/bench/cdi"
 	"github.com/virtshard/virtshard/test/clustertest"
@@ -18,7 +24,8 @@ import (
 // the CRDs of the pinned external-snapshotter) with a default snapshot
 // class for the simulated provisioner's driver, which is how KubeVirt picks
 // a claim's class; the CRDs' own validation holds (a VolumeSnapshot must
-// name exactly one source).
+// name exactly one source); and the simulated driver takes snapshots and
+// restores claims from them.
 func TestTheClusterServesVolumeSnapshots(t *testing.T) {
 	ctx := context.Background()
 	ns := clustertest.Namespace(t)
@@ -45,11 +52,61 @@ func TestTheClusterServesVolumeSnapshots(t *testing.T) {
 		}}, metav1.CreateOptions{})
 		return err
 	}
-	if err := snapshot("of-a-claim", map[string]any{"persistentVolumeClaimName": "data"}); err != nil {
-		t.Errorf("a snapshot of a claim: %v", err)
-	}
 	err = snapshot("of-two-sources", map[string]any{"persistentVolumeClaimName": "data", "volumeSnapshotContentName": "content"})
 	if !apierrors.IsInvalid(err) {
 		t.Errorf("a snapshot naming two sources: %v, want it refused as invalid", err)
 	}
+
+	// The round trip on the simulated driver: a bound claim's snapshot is
+	// ready with its content, a claim restored from it binds, and the
+	// content goes with the snapshot.
+	kube := kubernetes.NewForConfigOrDie(clustertest.Config(t))
+	claim := func(name string, source *corev1.TypedLocalObjectReference) {
+		t.Helper()
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: ptr.To(cdi.StorageClassImmediate), DataSource: source,
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, ok func(ctx context.Context) bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return ok(ctx), nil
+		}); err != nil {
+			t.Fatalf("%s: not within a minute", what)
+		}
+	}
+	bound := func(name string) func(ctx context.Context) bool {
+		return func(ctx context.Context) bool {
+			pvc, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && pvc.Status.Phase == corev1.ClaimBound
+		}
+	}
+	claim("data", nil)
+	if err := snapshot("of-a-claim", map[string]any{"persistentVolumeClaimName": "data"}); err != nil {
+		t.Fatalf("a snapshot of a claim: %v", err)
+	}
+	var content string
+	waitFor("the snapshot ready", func(ctx context.Context) bool {
+		got, err := snapshots.Get(ctx, "of-a-claim", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse")
+		size, _, _ := unstructured.NestedString(got.Object, "status", "restoreSize")
+		content, _, _ = unstructured.NestedString(got.Object, "status", "boundVolumeSnapshotContentName")
+		return ready && size == "1Gi" && content != ""
+	})
+	claim("restored", &corev1.TypedLocalObjectReference{APIGroup: ptr.To(snapshotAPI.Group), Kind: "VolumeSnapshot", Name: "of-a-claim"})
+	waitFor("the restored claim bound", bound("restored"))
+	if err := snapshots.Delete(ctx, "of-a-claim", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the content deleted with its snapshot", func(ctx context.Context) bool {
+		_, err := dyn.Resource(snapshotAPI.WithResource("volumesnapshotcontents")).Get(ctx, content, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
