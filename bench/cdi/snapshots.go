@@ -38,7 +38,7 @@ const contentKey = "content/"
 // volumes: the snapshot's content (snapcontent-<snapshot UID>, its handle
 // the volume's) is made and is ready at once, restoring to the volume's
 // capacity, and the snapshot is bound to it and ready. A claim not yet
-// bound leaves the error the snapshot controller writes, and its events
+// bound leaves an error on the snapshot saying so, and its events
 // bring the snapshot back. A snapshot of another driver's volume, or of a
 // pre-provisioned content, is left alone. Unlike the real controllers it
 // puts no finalizers on the snapshot, its content or the claim: a
@@ -72,7 +72,7 @@ func (s *Sim) syncSnapshot(ctx context.Context, key string) error {
 	switch {
 	case pv == nil:
 		status.Error = &snapshotv1.VolumeSnapshotError{Time: ptr.To(metav1.NewTime(s.opts.Clock.Now())),
-			Message: ptr.To(fmt.Sprintf("the PVC %s is not yet bound to a PV, will not attempt to take a snapshot", claimName))}
+			Message: ptr.To(fmt.Sprintf("the PVC %s not yet bound to a PV, will not attempt to take a snapshot yet", claimName))}
 		if vs.Status != nil && vs.Status.Error != nil && ptr.Deref(vs.Status.Error.Message, "") == *status.Error.Message {
 			return nil
 		}

@@ -50,7 +50,7 @@ func TestASnapshotIsTakenOnceItsClaimIsBound(t *testing.T) {
 	}
 	eventually(t, "the snapshot saying its claim is unbound", func() bool {
 		msg, _ := status("error", "message").(string)
-		return msg == "the PVC disk is not yet bound to a PV, will not attempt to take a snapshot"
+		return msg == "the PVC disk not yet bound to a PV, will not attempt to take a snapshot yet"
 	})
 
 	// A claim restored from it waits for it.
