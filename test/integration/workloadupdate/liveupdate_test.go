@@ -2,8 +2,6 @@ package workloadupdate_test
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -46,22 +43,7 @@ func TestALiveUpdateOfCPUSocketsReachesTheVMIThroughAMigration(t *testing.T) {
 	if _, err := kv.VirtualMachines(ns).Create(ctx, vm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitVMI := func(what string, ok func(*virtv1.VirtualMachineInstance) bool) *virtv1.VirtualMachineInstance {
-		t.Helper()
-		var last *virtv1.VirtualMachineInstance
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			v, err := kv.VirtualMachineInstances(ns).Get(ctx, "grows", metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			last = v
-			return ok(v), nil
-		}); err != nil {
-			t.Fatalf("VMI not %s after two minutes; last seen %+v", what, last)
-		}
-		return last
-	}
-	before := waitVMI("Running with one socket", func(v *virtv1.VirtualMachineInstance) bool {
+	before := waitVMI(t, kv, ns, "grows", "Running with one socket", 2*time.Minute, func(v *virtv1.VirtualMachineInstance) bool {
 		return v.Status.Phase == virtv1.Running && v.Status.CurrentCPUTopology != nil && v.Status.CurrentCPUTopology.Sockets == 1
 	})
 
@@ -69,7 +51,7 @@ func TestALiveUpdateOfCPUSocketsReachesTheVMIThroughAMigration(t *testing.T) {
 	if _, err := kv.VirtualMachines(ns).Patch(ctx, "grows", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	after := waitVMI("on two sockets with the mark gone", func(v *virtv1.VirtualMachineInstance) bool {
+	after := waitVMI(t, kv, ns, "grows", "on two sockets with the mark gone", 2*time.Minute, func(v *virtv1.VirtualMachineInstance) bool {
 		return v.Spec.Domain.CPU.Sockets == 2 && v.Status.CurrentCPUTopology != nil && v.Status.CurrentCPUTopology.Sockets == 2 &&
 			vmistatus.Condition(v, virtv1.VirtualMachineInstanceVCPUChange) == nil
 	})
@@ -79,27 +61,7 @@ func TestALiveUpdateOfCPUSocketsReachesTheVMIThroughAMigration(t *testing.T) {
 	if after.Status.NodeName == before.Status.NodeName {
 		t.Errorf("the VMI stayed on %s: the hotplug is taken by a migration", before.Status.NodeName)
 	}
-	// The migration ends after the VMI shows it (the node reports the
-	// migration completed, then the migration controller marks it).
-	var migrations *virtv1.VirtualMachineInstanceMigrationList
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := kv.Migrations(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		migrations = list
-		return !slices.ContainsFunc(list.Items, func(m virtv1.VirtualMachineInstanceMigration) bool { return !m.IsFinal() }), nil
-	}); err != nil && migrations == nil {
-		t.Fatal(err)
-	}
-	if len(migrations.Items) != 1 || !strings.HasPrefix(migrations.Items[0].Name, "kubevirt-workload-update-") ||
-		migrations.Items[0].Status.Phase != virtv1.MigrationSucceeded {
-		var names []string
-		for _, m := range migrations.Items {
-			names = append(names, m.Name+"/"+string(m.Status.Phase))
-		}
-		t.Errorf("migrations %v, want one kubevirt-workload-update- migration, Succeeded", names)
-	}
+	theWorkloadUpdateMigration(t, kv, ns)
 	// By the added vCPU's share: 1000 m over the CR's cpuAllocationRatio
 	// (10 by default), as KubeVirt's VMICPUsPatch.
 	if got := after.Spec.Domain.Resources.Requests[corev1.ResourceCPU]; got.Cmp(resource.MustParse("200m")) != 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -63,22 +61,7 @@ func TestAVolumeMoveMigratesTheVMIWhileItsReplicaDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitVMI := func(what string, timeout time.Duration, ok func(*virtv1.VirtualMachineInstance) bool) *virtv1.VirtualMachineInstance {
-		t.Helper()
-		var last *virtv1.VirtualMachineInstance
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-			v, err := kv.VirtualMachineInstances(ns).Get(ctx, vm.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			last = v
-			return ok(v), nil
-		}); err != nil {
-			t.Fatalf("VMI not %s after %s; last seen %+v", what, timeout, last)
-		}
-		return last
-	}
-	before := waitVMI("Running on its first claim", 2*time.Minute, func(v *virtv1.VirtualMachineInstance) bool {
+	before := waitVMI(t, kv, ns, vm.Name, "Running on its first claim", 2*time.Minute, func(v *virtv1.VirtualMachineInstance) bool {
 		return v.Status.Phase == virtv1.Running && v.Status.NodeName != "" && dataClaim(v) == "old-disk"
 	})
 
@@ -106,7 +89,7 @@ func TestAVolumeMoveMigratesTheVMIWhileItsReplicaDies(t *testing.T) {
 	procs[victim].Kill()
 	t.Logf("killed %s, the holder of the VM's range %s, as the move was asked for", holder, rng)
 
-	after := waitVMI("moved to the new claim with the move ended", 3*time.Minute, func(v *virtv1.VirtualMachineInstance) bool {
+	after := waitVMI(t, kv, ns, vm.Name, "moved to the new claim with the move ended", 3*time.Minute, func(v *virtv1.VirtualMachineInstance) bool {
 		return dataClaim(v) == "new-disk" && v.Status.MigrationState != nil && v.Status.MigrationState.Completed &&
 			len(v.Status.MigratedVolumes) == 0 && vmistatus.Condition(v, virtv1.VirtualMachineInstanceVolumesChange) == nil
 	})
@@ -116,26 +99,10 @@ func TestAVolumeMoveMigratesTheVMIWhileItsReplicaDies(t *testing.T) {
 	if after.Status.NodeName == before.Status.NodeName {
 		t.Errorf("the VMI stayed on %s: the move is taken by a migration", before.Status.NodeName)
 	}
-	var migrations *virtv1.VirtualMachineInstanceMigrationList
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := kv.Migrations(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
+	if m := theWorkloadUpdateMigration(t, kv, ns); m != nil {
+		if _, labelled := m.Labels[virtv1.VolumesUpdateMigration]; !labelled {
+			t.Errorf("migration labels %v, want %s", m.Labels, virtv1.VolumesUpdateMigration)
 		}
-		migrations = list
-		return !slices.ContainsFunc(list.Items, func(m virtv1.VirtualMachineInstanceMigration) bool { return !m.IsFinal() }), nil
-	}); err != nil && migrations == nil {
-		t.Fatal(err)
-	}
-	if len(migrations.Items) != 1 || !strings.HasPrefix(migrations.Items[0].Name, "kubevirt-workload-update-") ||
-		migrations.Items[0].Status.Phase != virtv1.MigrationSucceeded {
-		var names []string
-		for _, m := range migrations.Items {
-			names = append(names, m.Name+"/"+string(m.Status.Phase))
-		}
-		t.Errorf("migrations %v, want one kubevirt-workload-update- migration, Succeeded", names)
-	} else if _, labelled := migrations.Items[0].Labels[virtv1.VolumesUpdateMigration]; !labelled {
-		t.Errorf("migration labels %v, want %s", migrations.Items[0].Labels, virtv1.VolumesUpdateMigration)
 	}
 	got, err := kv.VirtualMachines(ns).Get(ctx, vm.Name, metav1.GetOptions{})
 	if err != nil {
